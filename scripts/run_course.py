@@ -1,0 +1,63 @@
+"""Execute every notebook and lab in order, headless, against the real vLLM server.
+
+Executed copies land in build/executed/, with build/executed/timings.json. Each notebook
+runs in a fresh kernel, from its own folder, exactly as a learner would run it.
+Usage: python scripts/run_course.py [NOTEBOOK ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "build" / "executed"
+CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
+
+
+def course_notebooks() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
+
+
+def run(path: Path) -> float:
+    notebook = nbformat.read(path, as_version=4)
+    began = time.monotonic()
+    client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    finally:
+        OUT.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, OUT / path.name)
+    return time.monotonic() - began
+
+
+def main(args: list[str]) -> int:
+    paths = [Path(arg).resolve() for arg in args] or course_notebooks()
+    timings: dict[str, float] = {}
+    failed: list[str] = []
+    for index, path in enumerate(paths, 1):
+        print(f"[{index}/{len(paths)}] {path.relative_to(ROOT)} ...", flush=True)
+        try:
+            timings[path.name] = round(run(path), 1)
+            print(f"    done in {timings[path.name]:.0f} s", flush=True)
+        except CellExecutionError as error:
+            failed.append(path.name)
+            print(f"    FAILED: {str(error).splitlines()[-1] if str(error) else error}", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    print(f"\nexecuted notebooks: {OUT.relative_to(ROOT)}/  total {sum(timings.values()):.0f} s")
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (the executed copies show the failing cell)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,70 @@
+"""The log reader against real logs captured from failed vLLM 0.32 (CPU) starts."""
+
+from pathlib import Path
+
+import pytest
+
+from helpers.server_log import diagnose, milestone, parse_kv_cache_report, tail
+
+LOGS = Path(__file__).parent / "data" / "server_logs"
+
+
+@pytest.mark.parametrize(
+    ("log_name", "cause"),
+    [
+        ("port_in_use", "port in use"),
+        ("missing_model", "model not found"),
+        ("hub_unreachable", "hub unreachable"),
+        ("kv_unset", "KV cache size not set"),
+        ("kv_huge", "out of memory"),
+        ("mml_exceeds_kv", "max model length exceeds KV cache"),
+        ("fp8_on_cpu", "missing GPU kernel"),
+        ("bad_flag", "invalid flag"),
+    ],
+)
+def test_captured_failure_log_is_diagnosed(log_name, cause):
+    text = (LOGS / f"{log_name}.log").read_text()
+    assert diagnose(text, returncode=1).cause == cause
+
+
+def test_invalid_flag_advice_quotes_vllm_words():
+    advice = diagnose((LOGS / "bad_flag.log").read_text(), returncode=2).advice
+    assert "--max-num-seqs: invalid int value: 'zero'" in advice
+
+
+def test_a_killed_process_is_named_by_its_signal():
+    found = diagnose("INFO loading weights\n", returncode=-9)
+    assert found.cause == "process killed"
+    assert "SIGKILL" in found.advice
+
+
+def test_an_unknown_exit_keeps_the_exit_code():
+    found = diagnose("nothing recognisable\n", returncode=3)
+    assert found.cause == "process died" and "code 3" in found.advice
+
+
+def test_kv_cache_report_combines_log_line_and_metric_labels():
+    text = (LOGS / "ready_cpu.log").read_text()
+    labels = {"num_gpu_blocks": "728", "block_size": "128", "kv_cache_memory_bytes": "2147483648"}
+    report = parse_kv_cache_report(text, labels)
+    assert report is not None
+    assert (report.num_tokens, report.max_model_len, report.max_concurrency) == (93184, 2048, 45.5)
+    assert report.num_blocks * report.block_size == report.num_tokens
+    assert report.memory_bytes == 2 * 2**30
+
+
+def test_kv_cache_report_is_none_before_the_engine_profiled_memory():
+    assert parse_kv_cache_report("INFO Starting to load model\n") is None
+
+
+def test_start_up_milestones_are_recognised_in_order():
+    text = (LOGS / "ready_cpu.log").read_text()
+    labels = [label for line in text.splitlines() if (label := milestone(line))]
+    assert labels[0] == "configuration read"
+    assert "KV cache: 93,184 tokens" in labels
+    assert labels[-1] == "HTTP server starting on http://127.0.0.1:8123"
+    assert labels.index("loading weights") < labels.index("KV cache: 93,184 tokens")
+
+
+def test_tail_keeps_the_last_lines():
+    assert tail("a\nb\nc\n", 2) == "b\nc"

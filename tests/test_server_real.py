@@ -1,0 +1,230 @@
+"""helpers.server against the real vLLM server (CPU build on CI). Each test that starts a
+server costs 10-40 s, so one running server is shared where a test only reads from it."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+from helpers.errors import (
+    ConfigError,
+    ModelNotAvailableError,
+    NoGPUError,
+    NotEnoughMemoryError,
+    PortInUseError,
+    ServerStartError,
+    StartupTimeoutError,
+)
+from helpers.hardware import detect_device
+from helpers.server import VLLMServer, running_servers, start_server
+from tests.conftest import vllm_processes, wait_until_gone
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with start_server(max_num_seqs=4, quiet=True) as running:
+        yield running
+
+
+def test_server_answers_a_chat_with_the_openai_client(server):
+    reply = server.client().chat.completions.create(
+        model=server.model_name,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=12, temperature=0,
+    )
+    assert reply.choices[0].message.content.strip()
+    assert reply.usage.completion_tokens <= 12 and reply.usage.prompt_tokens > 5
+
+
+def test_server_reports_its_kv_cache_as_numbers(server):
+    kv = server.kv_cache
+    assert kv is not None and kv.max_model_len == 2048
+    assert kv.num_tokens == kv.num_blocks * kv.block_size
+    assert kv.max_concurrency == pytest.approx(kv.num_tokens / 2048, abs=0.01)
+
+
+def test_server_binds_loopback_only(server):
+    listening = [c for p in [psutil.Process(server.process.pid)] for c in p.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == server.port]
+    assert [c.laddr.ip for c in listening] == ["127.0.0.1"]
+
+
+def test_port_in_use_is_refused_before_launch(server):
+    began = time.monotonic()
+    with pytest.raises(PortInUseError, match=f"Port {server.port} on 127.0.0.1 is already in use"):
+        start_server(port=server.port, quiet=True)
+    assert time.monotonic() - began < 5
+
+
+def test_next_server_without_a_port_takes_the_next_free_one(server):
+    probe = VLLMServer()
+    from helpers.server import _choose_port
+
+    assert _choose_port(probe.config) != server.port
+
+
+def test_another_server_on_the_port_does_not_count_as_ours(server):
+    """A process answering /health and /v1/models like vLLM, but not ours, is not 'ready'."""
+    impostor = VLLMServer(port=server.port)
+    impostor.port, impostor.model_name = server.port, server.model_name
+    impostor.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert impostor._answers_as_ours() is False
+    finally:
+        impostor.process.kill()
+        impostor.process.wait()
+    assert server._answers_as_ours() is True
+
+
+def test_stop_leaves_no_process_behind():
+    running = start_server(max_num_seqs=2, quiet=True)
+    family = [running.process.pid, *(c.pid for c in psutil.Process(running.process.pid).children(recursive=True))]
+    assert len(family) >= 2  # the API server and its engine core
+    running.stop()
+    assert wait_until_gone(family, timeout=5) == []
+    assert running not in running_servers()
+    running.stop()  # a second stop is harmless
+
+
+def test_missing_model_folder_fails_before_launch(tmp_path):
+    with pytest.raises(ModelNotAvailableError, match="does not exist"):
+        start_server(model=str(tmp_path / "missing-model"), quiet=True)
+
+
+def test_gpu_device_on_a_machine_without_gpu_is_refused():
+    if detect_device() == "cuda":
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NoGPUError, match="no NVIDIA GPU is visible"):
+        start_server(device="cuda", quiet=True)
+
+
+def test_gpu_only_quantization_on_cpu_is_refused():
+    if detect_device() == "cuda":
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NoGPUError, match="vLLM's CPU build has no FP8 kernels"):
+        start_server(quantization="fp8", quiet=True)
+
+
+def test_kv_cache_larger_than_free_memory_is_refused():
+    if detect_device() == "cuda":
+        pytest.skip("GPU memory is checked by vLLM itself")
+    huge = psutil.virtual_memory().total / 2**30 + 1
+    with pytest.raises(NotEnoughMemoryError, match="of memory is free"):
+        start_server(kv_cache_space_gib=huge, quiet=True)
+
+
+def test_invalid_flag_value_is_reported_with_vllms_words():
+    with pytest.raises(ServerStartError) as caught:
+        start_server(extra_args=("--max-num-seqs", "zero"), quiet=True)
+    assert caught.value.cause == "invalid flag"
+    assert "invalid int value: 'zero'" in str(caught.value)
+
+
+def test_max_model_len_beyond_the_kv_cache_is_diagnosed():
+    with pytest.raises(ServerStartError) as caught:
+        start_server(kv_cache_space_gib=0.05, max_model_len=8192, quiet=True)
+    assert caught.value.cause == "max model length exceeds KV cache"
+    assert "Lower max_model_len" in str(caught.value) and "last lines" in str(caught.value)
+
+
+def test_server_killed_during_start_up_is_reported_as_killed():
+    server = VLLMServer()
+    threading.Thread(target=_kill_when_started, args=(server,), daemon=True).start()
+    with pytest.raises(ServerStartError) as caught:
+        server.start(quiet=True)
+    assert caught.value.cause == "process killed"
+    assert "SIGKILL" in str(caught.value)
+
+
+def _kill_when_started(server):
+    for _ in range(200):
+        if server.process is not None:
+            time.sleep(2)
+            server.process.send_signal(signal.SIGKILL)
+            return
+        time.sleep(0.1)
+
+
+def test_start_up_timeout_stops_the_server():
+    with pytest.raises(StartupTimeoutError, match="was not ready after 5 s") as caught:
+        start_server(startup_timeout_s=5, quiet=True)
+    assert caught.value.cause == "timeout"
+
+
+def test_invalid_settings_never_launch_anything():
+    before = len(vllm_processes())
+    with pytest.raises(ConfigError):
+        start_server(max_num_seqs=0)
+    assert len(vllm_processes()) == before
+
+
+KERNEL_CODE = "from helpers.server import start_server\nserver = start_server(max_num_seqs=2)\n"
+
+
+def _kernel():
+    from jupyter_client.manager import KernelManager
+
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=os.getcwd())
+    client = manager.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    return manager, client
+
+
+def _server_pids_started_by(kernel_pid: int) -> list[int]:
+    pids = []
+    for proc in vllm_processes():
+        try:
+            if any(p.pid == kernel_pid for p in proc.parents()):
+                pids.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return pids
+
+
+def test_interrupting_the_kernel_during_start_up_leaves_no_server():
+    manager, client = _kernel()
+    try:
+        client.execute(KERNEL_CODE)
+        pids = []
+        for _ in range(100):  # wait until the kernel has launched the server
+            pids = _server_pids_started_by(manager.provisioner.process.pid)
+            if pids:
+                break
+            time.sleep(0.2)
+        assert pids, "the kernel never launched a server"
+        time.sleep(3)
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=60)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert wait_until_gone(pids, timeout=20) == []
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_a_killed_kernel_leaves_no_server_behind():
+    manager, client = _kernel()
+    try:
+        client.execute(KERNEL_CODE + "print(server.process.pid)")
+        reply = client.get_shell_msg(timeout=240)
+        assert reply["content"]["status"] == "ok"
+        pids = _server_pids_started_by(manager.provisioner.process.pid)
+        assert pids
+        family = pids + [c.pid for pid in pids for c in psutil.Process(pid).children(recursive=True)]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)  # SIGKILL: no clean-up code runs in the kernel
+    assert wait_until_gone(family, timeout=30) == []
