@@ -43,10 +43,12 @@ import psutil
 from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError, ServerStartError, StartupTimeoutError
 from helpers.hardware import Device, detect_device
 from helpers.model import resolve_model
+from helpers.paths import COURSE_ROOT, build_dir
 from helpers.server_config import Launch, ServerConfig, build_launch
 from helpers.server_log import KVCacheReport, diagnose, milestone, parse_kv_cache_report, tail
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
+PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
 SERVER_RSS_GIB = 2.5  # measured resident memory of the CPU server before its KV cache
 _LIVE: set["VLLMServer"] = set()  # servers this process started and has not stopped yet
 
@@ -130,19 +132,28 @@ class VLLMServer:
         _check_memory(self.config, self.device)
         choice = resolve_model(self.config.model)
         self.model_name = choice.served_name
-        self.port = _choose_port(self.config)
-        self.launch = build_launch(replace(self.config, port=self.port), device=self.device,
-                                   model=choice.model, served_name=choice.served_name)
-        self.log_path = _new_log_path(self.config.log_dir, self.port)
-        say(f"starting vLLM on {self.device.upper()}: {' '.join(self.launch.display_command())}")
-        say(f"log: {self.log_path}")
-        try:
-            self._spawn()
-            self._wait_until_ready(began, say)
-        except BaseException:
-            # Also on KeyboardInterrupt: an interrupted cell must not leave a server behind.
-            self.stop()
-            raise
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.port = _choose_port(self.config)
+            self.launch = build_launch(replace(self.config, port=self.port), device=self.device,
+                                       model=choice.model, served_name=choice.served_name)
+            self.log_path = _new_log_path(self.config.log_dir, self.port)
+            say(f"starting vLLM on {self.device.upper()}: {' '.join(self.launch.display_command())}")
+            say(f"log: {self.log_path}")
+            try:
+                self._spawn()
+                self._wait_until_ready(began, say)
+                break
+            except ServerStartError as error:
+                # vLLM binds its port ~10 s after launch; another program may take a free port
+                # in between. Only a port the helper chose itself is worth choosing again.
+                if error.cause != "port in use" or self.config.port is not None or attempt == PORT_ATTEMPTS:
+                    raise
+                say(f"port {self.port} was taken while vLLM started; trying the next free port")
+                self.process = None
+            except BaseException:
+                # Also on KeyboardInterrupt: an interrupted cell must not leave a server behind.
+                self.stop()
+                raise
         self.startup_seconds = time.monotonic() - began
         self.kv_cache = parse_kv_cache_report(self.log_text(), self._cache_config_labels())
         say(f"ready in {self.startup_seconds:.1f} s: {self.base_url} serves {self.model_name!r}")
@@ -365,13 +376,13 @@ def _existing(pids: list[int]) -> list[psutil.Process]:
 
 
 def _new_log_path(log_dir: Path | None, port: int) -> Path:
-    folder = Path(log_dir) if log_dir else Path(_package_root()) / "build" / "server-logs"
+    folder = Path(log_dir) if log_dir else build_dir("server-logs")
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"vllm-{datetime.now():%Y%m%d-%H%M%S}-port{port}.log"
 
 
 def _package_root() -> str:
-    return str(Path(__file__).resolve().parent.parent)
+    return str(COURSE_ROOT)
 
 
 def _printer(began: float):

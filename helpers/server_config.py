@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,17 @@ class Launch:
     def display_command(self) -> list[str]:
         """The argv without the interpreter path, for showing to learners."""
         return ["python", *self.argv[1:]]
+
+    def shell_command(self) -> str:
+        """The command as you would type it in a terminal, one flag (and its value) per line."""
+        words = self.display_command()
+        lines = [" ".join(shlex.quote(w) for w in words[:3])]
+        for word in words[3:]:
+            if word.startswith("-") or lines[-1].startswith("python"):
+                lines.append(shlex.quote(word))
+            else:
+                lines[-1] += " " + shlex.quote(word)
+        return " \\\n    ".join(lines)
 
 
 def build_launch(config: ServerConfig, *, device: Device, model: str, served_name: str) -> Launch:

@@ -104,3 +104,9 @@ def test_api_key_travels_in_the_environment_never_on_the_command_line():
 def test_display_command_starts_with_python_and_uses_the_api_server_module():
     shown = _launch("cpu").display_command()
     assert shown[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+
+
+def test_shell_command_puts_each_flag_with_its_value_on_one_line():
+    lines = _launch("cpu", max_num_seqs=8).shell_command().splitlines()
+    assert lines[0] == "python -m vllm.entrypoints.openai.api_server \\"
+    assert "    --max-num-seqs 8" in lines and "    -O0 \\" in lines

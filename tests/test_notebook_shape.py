@@ -1,0 +1,39 @@
+"""Every notebook and lab has the course's shape: badge, Colab cell, sections, no outputs."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers.colab import SETUP_CELL, badge_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
+SECTIONS = ("Goal", "Summary", "Exercises")
+
+
+def test_the_course_has_its_first_two_notebooks():
+    names = {path.name for path in NOTEBOOKS}
+    assert {"01_start_server.ipynb", "02_openai_client.ipynb"} <= names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_opens_with_its_colab_badge_and_setup_cell(path):
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[0].source.splitlines()[0] == badge_markdown(path.relative_to(ROOT).as_posix())
+    assert cells[1].cell_type == "code" and cells[1].source == SETUP_CELL.rstrip()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_without_outputs(path):
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_the_course_sections(path):
+    headings = [line for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"
+                for line in cell.source.splitlines() if line.startswith("## ")]
+    for section in SECTIONS:
+        assert any(section in heading for heading in headings), f"{path.name} lacks a '## {section}' section"
