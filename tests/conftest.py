@@ -1,16 +1,29 @@
+import os
+import uuid
+
 import psutil
 import pytest
 
+# Every process the tests start inherits this tag, so leak checks see only this session's
+# servers, never another program's vLLM running on the same machine.
+SESSION_TAG = uuid.uuid4().hex
+os.environ["VLLM_COURSE_TEST_SESSION"] = SESSION_TAG
+
 
 def vllm_processes() -> list[psutil.Process]:
-    """vLLM api_server processes and their engine children that exist right now."""
+    """vLLM processes (api_server and its engine children) started by this test session."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and (
-            "vllm.entrypoints.openai.api_server" in cmdline or "VLLM::" in cmdline
-        ):
-            found.append(proc)
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if "vllm.entrypoints.openai.api_server" not in cmdline and "VLLM" not in cmdline:
+            continue
+        try:
+            if proc.environ().get("VLLM_COURSE_TEST_SESSION") == SESSION_TAG:
+                found.append(proc)
+        except psutil.Error:
+            continue
     return found
 
 
@@ -28,7 +41,7 @@ def wait_until_gone(pids: list[int], timeout: float) -> list[int]:
 
 @pytest.fixture
 def no_server_left_behind():
-    """Fails the test if it leaves a vLLM process running that was not there before."""
+    """Fails the test if it leaves a vLLM process of this session running."""
     before = {p.pid for p in vllm_processes()}
     yield
     leftovers = [p.pid for p in vllm_processes() if p.pid not in before]
