@@ -228,3 +228,15 @@ def test_a_killed_kernel_leaves_no_server_behind():
         client.stop_channels()
         manager.shutdown_kernel(now=True)  # SIGKILL: no clean-up code runs in the kernel
     assert wait_until_gone(family, timeout=30) == []
+
+
+def test_a_server_with_an_api_key_refuses_requests_without_it():
+    import openai
+
+    with start_server(api_key="classroom-key", max_num_seqs=2, quiet=True) as keyed:
+        hello = {"model": keyed.model_name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        assert keyed.client().chat.completions.create(**hello).usage.completion_tokens >= 1
+        wrong = openai.OpenAI(base_url=keyed.base_url, api_key="not-the-key")
+        with pytest.raises(openai.AuthenticationError):
+            wrong.chat.completions.create(**hello)
+        assert "classroom-key" not in keyed.log_text()
