@@ -45,7 +45,7 @@ from helpers.hardware import Device, detect_device
 from helpers.model import resolve_model
 from helpers.paths import COURSE_ROOT, build_dir
 from helpers.server_config import Launch, ServerConfig, build_launch
-from helpers.server_log import KVCacheReport, diagnose, milestone, parse_kv_cache_report, tail
+from helpers.server_log import Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, tail
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
 PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
@@ -144,8 +144,8 @@ class VLLMServer:
                 self._wait_until_ready(began, say)
                 break
             except ServerStartError as error:
-                # vLLM binds its port ~10 s after launch; another program may take a free port
-                # in between. Only a port the helper chose itself is worth choosing again.
+                # vLLM binds its port seconds after launch; another program may take a free
+                # port in between. Only a port the helper chose itself is worth choosing again.
                 if error.cause != "port in use" or self.config.port is not None or attempt == PORT_ATTEMPTS:
                     raise
                 say(f"port {self.port} was taken while vLLM started; trying the next free port")
@@ -204,6 +204,11 @@ class VLLMServer:
                 self._fail(ServerStartError, "exited during start-up")
             if self._answers_as_ours():
                 return
+            if self._port_held_by_another_process():
+                # Another server took the port between our check and vLLM's listen(): ours
+                # would never answer there, so fail now instead of at the timeout.
+                self._fail(ServerStartError, f"lost port {self.port} to another process",
+                           found=diagnose("Address already in use", None))
             if time.monotonic() > deadline:
                 self._fail(StartupTimeoutError, f"was not ready after {self.config.startup_timeout_s:.0f} s")
             if time.monotonic() - last_news > 15:
@@ -222,6 +227,15 @@ class VLLMServer:
         names = {entry.get("id") for entry in models.get("data", [])}
         return self.model_name in names and self._owns_port()
 
+    def _port_held_by_another_process(self) -> bool:
+        """True when something listens on our port and it is not our server."""
+        try:
+            socket.create_connection(("127.0.0.1" if self.config.host in ("0.0.0.0", "::") else self.config.host,
+                                      self.port), timeout=1).close()
+        except OSError:
+            return False
+        return not self._owns_port()
+
     def _owns_port(self) -> bool:
         assert self.process is not None
         try:
@@ -236,10 +250,10 @@ class VLLMServer:
             return False
         return False
 
-    def _fail(self, error: type[ServerStartError], what: str) -> None:
+    def _fail(self, error: type[ServerStartError], what: str, found: Diagnosis | None = None) -> None:
         returncode = self.process.poll() if self.process else None
         text = self.log_text()
-        found = diagnose(text, returncode)
+        found = found or diagnose(text, returncode)
         self.stop()
         raise error(
             f"The vLLM server {what} ({found.cause}). {found.advice}",
@@ -317,7 +331,7 @@ def _check_memory(config: ServerConfig, device: Device) -> None:
 
 def _choose_port(config: ServerConfig) -> int:
     if config.port is not None:
-        if not _port_free(config.host, config.port):
+        if not _port_free(config.host, config.port, strict=False):
             raise PortInUseError(
                 f"Port {config.port} on {config.host} is already in use (often a server from an "
                 "earlier kernel or another notebook). Stop that process, choose another port, "
@@ -325,15 +339,19 @@ def _choose_port(config: ServerConfig) -> int:
             )
         return config.port
     for port in range(FIRST_PORT, FIRST_PORT + 100):
-        if _port_free(config.host, port):
+        if _port_free(config.host, port, strict=True):
             return port
     raise PortInUseError(f"Ports {FIRST_PORT}-{FIRST_PORT + 99} are all in use on {config.host}.")
 
 
-def _port_free(host: str, port: int) -> bool:
+def _port_free(host: str, port: int, *, strict: bool) -> bool:
+    """Whether vLLM could bind the port. ``strict`` also avoids ports that are only bound:
+    a starting vLLM binds its port about a minute before it listens, and only a probe without
+    SO_REUSEADDR sees that (it also skips ports still in TIME_WAIT, which is fine when choosing)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # Same option uvicorn uses, so a port left in TIME_WAIT counts as free, as it is for vLLM.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if not strict:
+            # vLLM sets SO_REUSEADDR too, so a port left in TIME_WAIT is free for it.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

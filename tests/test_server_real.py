@@ -80,10 +80,25 @@ def test_another_server_on_the_port_does_not_count_as_ours(server):
     impostor.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert impostor._answers_as_ours() is False
+        assert impostor._port_held_by_another_process() is True  # so its start fails fast
     finally:
         impostor.process.kill()
         impostor.process.wait()
     assert server._answers_as_ours() is True
+    assert server._port_held_by_another_process() is False
+
+
+def test_choosing_a_port_skips_one_that_is_bound_but_not_yet_listening():
+    """A starting vLLM binds its port about a minute before it listens on it."""
+    from helpers.server import FIRST_PORT, _choose_port
+    from helpers.server_config import ServerConfig
+
+    first = _choose_port(ServerConfig())
+    with socket.socket() as early:
+        early.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        early.bind(("127.0.0.1", first))  # bound like vLLM's socket, no listen() yet
+        assert _choose_port(ServerConfig()) != first
+    assert first >= FIRST_PORT
 
 
 def test_stop_leaves_no_process_behind():
