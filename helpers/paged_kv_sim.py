@@ -247,6 +247,13 @@ class RunSummary:
     waiting_steps: int  # sum over steps of requests waiting: queueing delay, in request-steps
     num_preemptions: int
     sharing_saving: float  # 1 - physical token slots / logical tokens: memory saved by prefix sharing
+    # Where the rest of the reserved slots went, summed over steps like mean_utilization, so that
+    # mean_utilization + mean_internal_waste + mean_reserved_unused == 1 whenever anything was reserved.
+    mean_internal_waste: float = 0.0  # paged: empty tails of partly filled last blocks / reserved
+    mean_reserved_unused: float = 0.0  # contiguous: reserved ahead for tokens not (yet) generated / reserved
+    mean_external_fragmentation: float = 0.0  # contiguous: free slots in holes too short for a request / capacity
+    mean_request_tokens: float = 0.0  # tokens a live request holds, averaged over request-steps
+    mean_request_waste: float = 0.0  # reserved slots without a token per live request (physical, so sharing lowers it)
 
     def describe(self) -> str:
         """One line for a notebook cell."""
@@ -266,6 +273,7 @@ def summarize(frames: Sequence[Frame]) -> RunSummary:
     reserved = sum(u.reserved_slots for u in usages)
     tokens = sum(u.token_slots for u in usages)
     logical = sum(u.logical_tokens for u in usages)
+    request_steps = sum(u.num_requests for u in usages)
     return RunSummary(
         scheme=frames[0].scheme,
         capacity_slots=usages[0].capacity_slots,
@@ -281,4 +289,10 @@ def summarize(frames: Sequence[Frame]) -> RunSummary:
         waiting_steps=sum(f.num_waiting for f in frames),
         num_preemptions=frames[-1].num_preemptions,
         sharing_saving=1 - tokens / logical if logical else 0.0,
+        mean_internal_waste=sum(u.internal_waste_slots for u in usages) / reserved if reserved else 0.0,
+        mean_reserved_unused=sum(u.reserved_unused_slots for u in usages) / reserved if reserved else 0.0,
+        mean_external_fragmentation=sum(u.external_fragmentation_slots for u in usages)
+        / sum(u.capacity_slots for u in usages),
+        mean_request_tokens=logical / request_steps if request_steps else 0.0,
+        mean_request_waste=(reserved - tokens) / request_steps if request_steps else 0.0,
     )

@@ -135,3 +135,30 @@ def test_a_request_that_outgrows_the_pool_alone_is_refused():
 def test_summary_describes_the_run_in_one_line():
     line = summarize(simulate(random_trace(seed=0), PagedKVCache(64))).describe()
     assert line.startswith("paged: ") and "% of reserved KV slots hold tokens" in line
+
+
+def test_summary_splits_reserved_slots_into_tokens_and_the_two_kinds_of_waste():
+    # the tiny trace above: paged wastes 0 + 3 of 12 reserved slot-steps in its half-empty
+    # second block; contiguous keeps 4 + 3 of 16 reserved for tokens not yet generated.
+    trace = [KVRequest("a", 0, (1, 2, 3), output_len=2)]
+    naive, paged = (summarize(frames) for frames in compare(trace, num_blocks=4, block_size=4, max_model_len=8))
+    assert paged.mean_internal_waste == pytest.approx(3 / 12) and paged.mean_reserved_unused == 0.0
+    assert naive.mean_reserved_unused == pytest.approx(7 / 16) and naive.mean_internal_waste == 0.0
+    for s in (naive, paged):
+        assert s.mean_utilization + s.mean_internal_waste + s.mean_reserved_unused == pytest.approx(1.0)
+
+
+def test_only_per_request_reservations_leave_external_fragments():
+    naive_max, _ = compare(random_trace(seed=0))
+    naive_capped, paged = compare(random_trace(seed=0, max_tokens=(32, 64, 128, 256)))
+    assert summarize(naive_max).mean_external_fragmentation == 0.0  # equal runs always fit each other's holes
+    assert summarize(naive_capped).mean_external_fragmentation > 0.0
+    assert summarize(paged).mean_external_fragmentation == 0.0
+
+
+def test_summary_gives_tokens_and_waste_per_live_request():
+    # the tiny trace: 4 then 5 tokens held by one request; paged wastes 0 then 3 slots, contiguous 4 then 3.
+    trace = [KVRequest("a", 0, (1, 2, 3), output_len=2)]
+    naive, paged = (summarize(frames) for frames in compare(trace, num_blocks=4, block_size=4, max_model_len=8))
+    assert paged.mean_request_tokens == naive.mean_request_tokens == pytest.approx(4.5)
+    assert paged.mean_request_waste == pytest.approx(1.5) and naive.mean_request_waste == pytest.approx(3.5)
