@@ -29,14 +29,12 @@ Example (the CPU server's default pool: 93,184 token slots, 728 blocks of 128)::
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import cycle, islice
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -197,28 +195,6 @@ def capacity_table(rows: Sequence[Capacity]) -> str:
             f"{r.scheme:<34}{r.slots_per_request:>15,.0f}{r.num_fit:>11}{r.max_requests:>12,}{r.token_share:>13.0%}"
         )
     return "\n".join(lines)
-
-
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8": 1}
-
-
-def kv_bytes_per_token(model_dir: str | Path) -> int | None:
-    """Bytes one token's keys and values take in the KV cache, from a checkpoint's ``config.json``.
-
-    layers × KV heads × head dim × 2 (a key and a value) × bytes per value. SmolLM2-135M:
-    30 × 3 × 64 × 2 × 2 (bf16) = 23,040 bytes. None when the folder has no readable config
-    (e.g. a hub model id). Leaves out quantized KV caches (``--kv-cache-dtype fp8``).
-    """
-    path = Path(model_dir) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-        text = config.get("text_config", config)  # multimodal checkpoints nest the language model's config
-        layers, heads = text["num_hidden_layers"], text.get("num_key_value_heads", text["num_attention_heads"])
-        head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
-        dtype = str(text.get("dtype") or text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return layers * heads * head_dim * 2 * _DTYPE_BYTES.get(dtype.removeprefix("torch."), 2)
 
 
 # ----- the live server --------------------------------------------------------------------------

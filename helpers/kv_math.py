@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
 
 
 def load_config(model_dir: str | Path) -> dict[str, Any]:
@@ -26,13 +26,18 @@ def load_config(model_dir: str | Path) -> dict[str, Any]:
 
 
 def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int | None = None) -> int:
-    """Bytes of KV cache one token occupies: 2 (key and value) x layers x KV heads x head size x bytes."""
+    """Bytes of KV cache one token occupies: 2 (key and value) x layers x KV heads x head size x bytes.
+
+    Leaves out quantized KV caches (``--kv-cache-dtype fp8``): pass ``dtype_bytes=1`` for those.
+    """
+    config = config.get("text_config") or config  # multimodal checkpoints nest the language model's
     layers = int(config["num_hidden_layers"])
     heads = int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
     head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
     if dtype_bytes is None:
-        dtype_bytes = DTYPE_BYTES[str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")]
+        dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16").removeprefix("torch.")
+        dtype_bytes = DTYPE_BYTES.get(dtype, 2)
     return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 

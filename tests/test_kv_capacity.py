@@ -18,7 +18,6 @@ from helpers.kv_capacity import (  # noqa: E402
     blocks_for,
     capacity_table,
     fit,
-    kv_bytes_per_token,
     lab_capacity,
     parse_kv_metrics,
     plot_capacity,
@@ -153,11 +152,3 @@ def test_drawings_label_their_axes_and_state_the_finding():
     assert "at most 6 of 728 blocks" in ax.get_title() and "predicted 6" in ax.get_title()
 
 
-def test_kv_bytes_per_token_of_smollm2_from_its_config(tmp_path):
-    import json
-
-    (tmp_path / "config.json").write_text(json.dumps(
-        {"num_hidden_layers": 30, "num_key_value_heads": 3, "num_attention_heads": 9, "hidden_size": 576,
-         "head_dim": 64, "dtype": "bfloat16"}))
-    assert kv_bytes_per_token(tmp_path) == 23_040  # the figure measured on the CPU server (docs/cpu-vllm.md)
-    assert kv_bytes_per_token(tmp_path / "missing") is None

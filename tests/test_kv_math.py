@@ -39,3 +39,7 @@ def test_unanswered_checks_print_and_do_not_raise(capsys):
 def test_check_choice_rejects_unknown_options(capsys):
     assert not check_choice("c", "a", name="q", options=("a", "b"))
     assert "not one of" in capsys.readouterr().out
+
+
+def test_a_multimodal_config_is_read_through_its_text_config():
+    assert kv_bytes_per_token({"text_config": SMOLLM2, "vision_config": {}}) == 23_040

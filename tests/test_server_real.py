@@ -1,13 +1,11 @@
 """helpers.server against the real vLLM server (CPU build on CI). Each test that starts a
 server costs 10-40 s, so one running server is shared where a test only reads from it."""
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
