@@ -1,0 +1,90 @@
+"""The notebook's exercise checks: right answers pass, wrong ones get a hint, nothing raises."""
+
+import doctest
+import math
+
+import pytest
+
+from helpers import batching_exercises as ex
+from helpers.step_time import StepTimeModel
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(ex).failed == 0
+
+
+def test_the_tiny_trace_utilizations_match_a_hand_count():
+    # Static: batch (r0: 2, r1: 8) lasts 8 steps, 10 busy slot-steps; batch (r2: 4, r3: 6) lasts 6, 10 busy.
+    assert ex.grade_static_utilization(20 / 28).ok
+    # Continuous: r2 takes r0's slot at step 3, r3 takes r2's at step 7, r3 ends at step 12.
+    assert ex.grade_continuous_utilization(20 / 24).ok
+
+
+def test_a_percentage_is_read_as_a_fraction():
+    fb = ex.grade_static_utilization(71.4)
+    assert fb.ok and "percentage" in fb.message
+
+
+def test_a_wrong_utilization_gets_a_hint_about_counting_steps():
+    fb = ex.grade_static_utilization(0.5)
+    assert fb.ok is False and "longest member" in fb.message
+
+
+@pytest.mark.parametrize("grade", [ex.grade_static_utilization, ex.grade_continuous_utilization,
+                                   ex.grade_biggest_gain, ex.grade_batch_for_80_percent])
+def test_an_unanswered_exercise_is_neither_right_nor_wrong(grade):
+    assert grade(None).ok is None
+
+
+def test_the_mixed_trace_gains_most_because_its_lengths_are_most_unequal():
+    ratios = ex.throughput_ratios()
+    assert max(ratios, key=ratios.get) == "mixed" and ratios["mixed"] > 1.5
+    assert ratios["lab"] == pytest.approx(1.0, abs=0.02)  # equal lengths: nothing to gain
+    assert ex.grade_biggest_gain("mixed", "b").ok
+    assert ex.grade_biggest_gain(" Mixed ", "B").ok
+
+
+def test_the_right_trace_with_a_wrong_or_missing_reason_is_not_yet_correct():
+    assert ex.grade_biggest_gain("mixed").ok is None
+    assert ex.grade_biggest_gain("mixed", "a").ok is False
+
+
+def test_a_wrong_or_unknown_trace_kind_is_refused_with_the_choices():
+    assert ex.grade_biggest_gain("lab", "b").ok is False
+    fb = ex.grade_biggest_gain("poisson")
+    assert fb.ok is False and "steady" in fb.message
+
+
+def test_eighty_percent_of_the_decode_ceiling_needs_four_times_overhead_over_decode_cost():
+    model = StepTimeModel(overhead_s=0.03, prefill_token_s=0.001, decode_seq_s=0.004)  # b = 4 x 30 / 4 = 30
+    assert model.decode_tok_s(30) == pytest.approx(0.8 * ex.decode_ceiling_tok_s(model))
+    assert ex.grade_batch_for_80_percent(30, model).ok
+    assert ex.grade_batch_for_80_percent(29.5, model).ok
+    assert ex.grade_batch_for_80_percent(20, model).ok is False
+
+
+def test_the_eighty_percent_check_uses_the_model_it_is_given():
+    fast_overhead = StepTimeModel(overhead_s=0.01, decode_seq_s=0.004)  # b = 10
+    assert ex.grade_batch_for_80_percent(10, fast_overhead).ok
+    assert not ex.grade_batch_for_80_percent(10, StepTimeModel()).ok
+
+
+def test_giving_the_ceiling_instead_of_a_batch_size_is_explained():
+    model = StepTimeModel(overhead_s=0.03, decode_seq_s=0.004)
+    fb = ex.grade_batch_for_80_percent(250, model)
+    assert fb.ok is False and "ceiling in tok/s, not a batch size" in fb.message
+
+
+@pytest.mark.parametrize("check, args", [
+    (ex.check_static_utilization, ("abc",)),
+    (ex.check_static_utilization, (math.nan,)),
+    (ex.check_continuous_utilization, ([1, 2],)),
+    (ex.check_biggest_gain, (3, object())),
+    (ex.check_batch_for_80_percent, ("lots",)),
+    (ex.check_batch_for_80_percent, (None,)),
+    (ex.check_batch_for_80_percent, (8, "not a model")),
+])
+def test_a_check_prints_feedback_and_never_raises(check, args, capsys):
+    assert check(*args) is None
+    out = capsys.readouterr().out
+    assert out.startswith(("❌", "✏️"))

@@ -1,0 +1,187 @@
+"""Measuring the server for the step-time model: request records, rates, the saved prediction.
+
+Most tests use a fake OpenAI client that streams tokens on a known schedule; the last one
+measures the real server (marked `server`).
+"""
+
+import asyncio
+import doctest
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from helpers import step_fit
+from helpers.batching_trace import Request
+from helpers.step_fit import (
+    TimedRequest,
+    decode_tok_s,
+    finish_moments,
+    load_prediction,
+    measure_step_times,
+    model_table,
+    plot_request_timeline,
+    prediction_record,
+    random_prompt,
+    save_prediction,
+    send_one,
+    send_trace,
+)
+from helpers.step_time import StepTimeModel, predict_throughput
+
+
+class FakeCompletions:
+    """Streams max_tokens chunks, `step_s` apart, then a usage chunk; or raises."""
+
+    def __init__(self, step_s=0.01, fail=None, short_by=0):
+        self.step_s, self.fail, self.short_by = step_s, fail, short_by
+        self.calls = []
+
+    async def create(self, **kwargs):
+        self.calls.append(kwargs)
+        if self.fail:
+            raise self.fail
+        n = kwargs["max_tokens"] - self.short_by
+
+        async def stream():
+            for _ in range(n):
+                await asyncio.sleep(self.step_s)
+                yield SimpleNamespace(choices=[SimpleNamespace(text="x")], usage=None)
+            yield SimpleNamespace(choices=[], usage=SimpleNamespace(completion_tokens=n))
+
+        return stream()
+
+
+class FakeServer:
+    model_name = "fake"
+
+    def __init__(self, completions, max_num_seqs=8):
+        self.completions = completions
+        self.config = SimpleNamespace(max_num_seqs=max_num_seqs)
+
+    def async_client(self, **kwargs):
+        completions = self.completions
+
+        class Client:
+            def __init__(self):
+                self.completions = completions
+
+            async def close(self):
+                pass
+
+        return Client()
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(step_fit).failed == 0
+
+
+def test_random_prompts_have_the_exact_length_and_avoid_special_tokens():
+    ids = random_prompt(300, np.random.default_rng(0))
+    assert len(ids) == 300 and min(ids) >= 1000
+    assert random_prompt(5, np.random.default_rng(1)) != random_prompt(5, np.random.default_rng(2))
+
+
+def test_a_streamed_request_records_first_and_last_token_and_asks_to_ignore_eos():
+    fake = FakeCompletions(step_s=0.01)
+    r = asyncio.run(send_one(SimpleNamespace(completions=fake), "m", [1000] * 16, 5, "a", 0.0))
+    assert r.ok and r.error is None and r.num_output_tokens == r.num_chunks == 5
+    assert r.sent_s < r.first_token_s < r.last_token_s
+    assert fake.calls[0]["extra_body"] == {"ignore_eos": True} and fake.calls[0]["temperature"] == 0.0
+    assert fake.calls[0]["prompt"] == [1000] * 16
+
+
+def test_a_failing_request_returns_a_record_instead_of_raising():
+    fake = FakeCompletions(fail=ConnectionError("refused"))
+    r = asyncio.run(send_one(SimpleNamespace(completions=fake), "m", [1000], 5, "a", 0.0))
+    assert not r.ok and r.error == "ConnectionError: refused" and r.ttft_s is None
+
+
+def test_a_request_that_stops_early_is_not_ok():
+    fake = FakeCompletions(short_by=2)
+    r = asyncio.run(send_one(SimpleNamespace(completions=fake), "m", [1000], 5, "a", 0.0))
+    assert not r.ok and "asked for 5 tokens, got 3" in r.error
+
+
+def test_decode_rate_is_batch_size_times_the_median_requests_steps_per_second():
+    fast = TimedRequest("a", 16, 11, 0.0, 0.0, 1.0, 11, 11, True)  # 10 steps/s
+    slow = TimedRequest("b", 16, 11, 0.0, 0.0, 2.0, 11, 11, True)  # 5 steps/s
+    assert decode_tok_s([fast, fast, slow]) == pytest.approx(30.0)
+
+
+def test_decode_rate_refuses_a_batch_with_a_failed_request():
+    failed = TimedRequest("a", 16, 11, 0.0, None, None, 0, 0, False, "boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        decode_tok_s([failed])
+
+
+def test_send_trace_sends_each_request_at_its_arrival_time_with_its_lengths():
+    fake = FakeCompletions(step_s=0.001)
+    trace = [Request("r0", 0.0, 16, 3), Request("r1", 0.2, 64, 2)]
+    records = asyncio.run(send_trace(FakeServer(fake), trace))
+    assert [r.request_id for r in records] == ["r0", "r1"]
+    assert [(r.prompt_len, r.max_tokens) for r in records] == [(16, 3), (64, 2)]
+    assert records[1].sent_s - records[0].sent_s == pytest.approx(0.2, abs=0.05)
+
+
+def test_measure_step_times_gives_one_measurement_per_batch_size_and_a_prefill():
+    fake = FakeCompletions(step_s=0.002)
+    data = asyncio.run(measure_step_times(FakeServer(fake), batch_sizes=(1, 2), output_len=6, prefill_len=64,
+                                          repeats=2))
+    assert [m.label for m in data.measurements] == ["decode x1", "decode x2", "prefill 64 tokens"]
+    assert data.measurements[2].num_prefill_tokens == 64
+    assert len(data.records["decode x2"]) == 4  # 2 requests x 2 repeats
+    sizes = sorted(call["max_tokens"] for call in fake.calls)
+    assert sizes.count(6) == 6 and sizes.count(1) == 2  # plus one warm-up of 4 tokens
+    assert "decode x2" in data.table()
+
+
+def test_measure_step_times_refuses_batches_larger_than_the_servers_cap():
+    with pytest.raises(ValueError, match="exceeds the server's max_num_seqs=4"):
+        asyncio.run(measure_step_times(FakeServer(FakeCompletions(), max_num_seqs=4), batch_sizes=(1, 8)))
+
+
+def test_finish_moments_merge_finishes_within_50_ms():
+    rs = [TimedRequest(i, 1, 1, 0.0, t, t, 1, 1, True) for i, t in (("a", 1.0), ("b", 1.04), ("c", 1.2), ("d", 3.0))]
+    assert finish_moments(rs) == [1.0, 1.2, 3.0]
+
+
+def test_timeline_plot_has_one_lane_per_request_and_counts_finishes_in_its_title():
+    rs = [TimedRequest("a", 16, 3, 0.0, 0.5, 1.0, 3, 3, True), TimedRequest("b", 16, 5, 0.0, 0.5, 2.0, 5, 5, True)]
+    ax = plot_request_timeline(rs).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert ax.get_title().startswith("2 requests finished at 2 distinct moments")
+
+
+def test_prediction_record_matches_predict_throughput_and_survives_a_json_round_trip(tmp_path):
+    model = StepTimeModel(overhead_s=0.05, prefill_token_s=0.001, decode_seq_s=0.004)
+    rec = prediction_record(model, fitted_from="a test")
+    from helpers.batching_trace import lab_trace
+
+    assert rec["predicted_output_tok_s"][1] == pytest.approx(predict_throughput(model, lab_trace(), 64))
+    assert rec["ratio_64_vs_8"] == pytest.approx(rec["predicted_output_tok_s"][1] / rec["predicted_output_tok_s"][0])
+    assert set(rec) >= {"max_num_seqs", "predicted_output_tok_s", "ratio_64_vs_8", "step_time_model",
+                        "fitted_from", "created"}
+    path = save_prediction(rec, tmp_path / "p.json")
+    assert load_prediction(path) == json.loads(json.dumps(rec))
+    assert load_prediction(tmp_path / "missing.json") is None
+
+
+def test_model_table_lists_every_model_in_milliseconds():
+    text = model_table({"defaults": StepTimeModel(), "fitted": StepTimeModel(overhead_s=0.05)})
+    assert "defaults" in text.splitlines()[0] and "50.000" in text.splitlines()[1]
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+def test_measuring_the_real_server_gives_a_positive_fitted_model():
+    from helpers.server import start_server
+
+    with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True) as server:
+        data = asyncio.run(measure_step_times(server, batch_sizes=(1, 2), output_len=12, prefill_len=256,
+                                              repeats=1))
+    assert all(r.ok for rs in data.records.values() for r in rs)
+    fit = data.fit()
+    assert fit.overhead_s + fit.decode_seq_s > 0 and fit.prefill_token_s > 0
+    assert 1 < fit.decode_tok_s(1) < 1000  # tok/s: a 135M model on a CPU
