@@ -9,10 +9,9 @@ Taught in the PagedAttention notebook (``notebooks/03_paged_attention.ipynb``). 
   scheme can do), or whole blocks of ``block_size`` tokens (paged). A request is counted
   at its longest (prompt plus every output token), so "fits" means it never has to wait or
   be preempted for memory; the engine's ``max_num_seqs`` cap is a separate limit.
-- The live server: :func:`parse_kv_metrics` reads the KV gauges and prefix-cache counters
-  from ``/metrics``; :func:`send_token_prompts` sends prompts given as token ids (so their
-  lengths are exact) and never raises; :func:`sample_kv_metrics` polls ``/metrics`` while
-  they run.
+- The live server: :func:`send_token_prompts` sends prompts given as token ids (so their
+  lengths are exact) and never raises; :func:`sample_kv_metrics` polls ``/metrics``
+  (through :mod:`helpers.metrics`) while they run.
 - Two drawings: :func:`plot_capacity` and :func:`plot_kv_usage`.
 
 Leaves out: chunked prefill and admission order inside the engine, and memory the engine
@@ -33,13 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import cycle, islice
 from typing import Any, TypeVar
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from helpers.metrics import MetricsSample, scrape
 from helpers.server_log import KVCacheReport
 
 T = TypeVar("T")
@@ -198,85 +198,23 @@ def capacity_table(rows: Sequence[Capacity]) -> str:
 
 
 # ----- the live server --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KVMetrics:
-    """The KV-related numbers of one ``/metrics`` scrape of a vLLM server."""
-
-    kv_cache_usage: float  # fraction 0-1 of the pool's blocks held by requests (gauge, per engine step)
-    num_requests_running: int
-    num_requests_waiting: int
-    prefix_cache_queries: int  # prompt tokens looked up in the prefix cache since start (counter)
-    prefix_cache_hits: int  # of those, tokens found there (counter)
-    num_preemptions: int  # since start (counter)
-    block_size: int | None  # from vllm:cache_config_info
-    num_blocks: int | None
-
-    @property
-    def num_blocks_used(self) -> float | None:
-        """Blocks in use: usage times pool size (a float: the gauge is rounded)."""
-        return None if self.num_blocks is None else self.kv_cache_usage * self.num_blocks
-
-
-def parse_kv_metrics(text: str) -> KVMetrics:
-    """Read a ``/metrics`` body (Prometheus text) into :class:`KVMetrics`; missing values are 0/None.
-
-    >>> parse_kv_metrics('vllm:kv_cache_usage_perc{engine="0"} 0.25\\n').kv_cache_usage
-    0.25
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    values: dict[str, float] = {}
-    info: dict[str, str] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if family.name == "vllm:cache_config_info":
-                info = dict(sample.labels)
-            elif sample.name.endswith("_created"):
-                continue  # a counter's creation timestamp, not its value
-            else:
-                name = sample.name.removesuffix("_total")
-                values[name] = values.get(name, 0.0) + sample.value  # summed over engines / labels
-
-    def count(name: str) -> int:
-        return int(values.get(name, 0))
-
-    def label(name: str) -> int | None:
-        return int(info[name]) if info.get(name, "").isdigit() else None
-
-    return KVMetrics(
-        kv_cache_usage=values.get("vllm:kv_cache_usage_perc", 0.0),
-        num_requests_running=count("vllm:num_requests_running"),
-        num_requests_waiting=count("vllm:num_requests_waiting"),
-        prefix_cache_queries=count("vllm:prefix_cache_queries"),
-        prefix_cache_hits=count("vllm:prefix_cache_hits"),
-        num_preemptions=count("vllm:num_preemptions"),
-        block_size=label("block_size"),
-        num_blocks=label("num_gpu_blocks"),
-    )
-
-
-def read_kv_metrics(server: Any) -> KVMetrics:
-    """One scrape of a running :class:`~helpers.server.VLLMServer`'s ``/metrics``."""
-    return parse_kv_metrics(server.get("/metrics").decode())
-
-
 def sample_kv_metrics(
     server: Any, work: Callable[[], T], interval_s: float = 0.2, settle_s: float = 1.0
-) -> tuple[T, list[tuple[float, KVMetrics]]]:
+) -> tuple[T, list[MetricsSample]]:
     """Run `work()` while polling ``/metrics`` every `interval_s` seconds in a background thread.
 
-    Returns work's result and (seconds since the call, metrics) samples; polling goes on
+    Returns work's result and the samples (``t_s``: seconds since the call); polling goes on
     for `settle_s` after work returns, so the gauges' last update (blocks freed) is seen.
     A failed scrape is skipped, not raised.
     """
-    samples: list[tuple[float, KVMetrics]] = []
+    samples: list[MetricsSample] = []
     done = threading.Event()
     began = time.monotonic()
 
     def poll() -> None:
         while True:
             try:
-                samples.append((time.monotonic() - began, read_kv_metrics(server)))
+                samples.append(replace(scrape(server), t_s=time.monotonic() - began))
             except Exception:  # noqa: BLE001  (a missed sample is not worth failing the demo)
                 pass
             if done.wait(interval_s):
@@ -387,7 +325,7 @@ def plot_capacity(rows: Sequence[Capacity], max_num_seqs: int | None = None) -> 
 
 
 def plot_kv_usage(
-    samples: Sequence[tuple[float, KVMetrics]],
+    samples: Sequence[MetricsSample],
     records: Sequence[TokenRequestRecord],
     num_blocks: int,
     block_size: int,
@@ -400,8 +338,8 @@ def plot_kv_usage(
     """
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    times = [t for t, _ in samples]
-    used = [m.kv_cache_usage * num_blocks for _, m in samples]
+    times = [m.t_s for m in samples]
+    used = [m.kv_cache_usage_perc * num_blocks for m in samples]
     ax.step(times, used, where="post", color="tab:blue", linewidth=2,
             label="blocks in use (vllm:kv_cache_usage_perc × blocks)")
     ok = [r for r in records if r.ok]

@@ -7,19 +7,20 @@ import matplotlib
 matplotlib.use("Agg")
 
 import math  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 import pytest  # noqa: E402
 
+from helpers.metrics import MetricsSample  # noqa: E402
+
 from helpers.kv_capacity import (  # noqa: E402
     LAB_MIX,
-    KVMetrics,
     LengthMix,
     TokenRequestRecord,
     blocks_for,
     capacity_table,
     fit,
     lab_capacity,
-    parse_kv_metrics,
     plot_capacity,
     plot_kv_usage,
     send_token_prompts,
@@ -101,10 +102,10 @@ vllm:kv_cache_usage_perc{engine="0",model_name="smollm2"} 0.013736263736263736
 vllm:num_requests_running{engine="0",model_name="smollm2"} 4.0
 # TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{engine="0",model_name="smollm2"} 1.0
-# TYPE vllm:prefix_cache_queries counter
+# TYPE vllm:prefix_cache_queries_total counter
 vllm:prefix_cache_queries_total{engine="0",model_name="smollm2"} 1093.0
 vllm:prefix_cache_queries_created{engine="0",model_name="smollm2"} 1.79e+09
-# TYPE vllm:prefix_cache_hits counter
+# TYPE vllm:prefix_cache_hits_total counter
 vllm:prefix_cache_hits_total{engine="0",model_name="smollm2"} 512.0
 vllm:prefix_cache_hits_created{engine="0",model_name="smollm2"} 1.79e+09
 # TYPE vllm:cache_config_info gauge
@@ -112,12 +113,11 @@ vllm:cache_config_info{block_size="128",enable_prefix_caching="True",engine="0",
 """
 
 
-def test_metrics_parser_reads_gauges_counters_and_the_pool_size():
-    m = parse_kv_metrics(METRICS)
-    assert m == KVMetrics(kv_cache_usage=pytest.approx(10 / 728), num_requests_running=4, num_requests_waiting=1,
-                          prefix_cache_queries=1093, prefix_cache_hits=512, num_preemptions=0,
-                          block_size=128, num_blocks=728)
-    assert m.num_blocks_used == pytest.approx(10)
+def test_kv_metrics_come_from_the_course_metrics_reader():
+    m = MetricsSample.from_text(METRICS)
+    assert (m.num_requests_running, m.num_requests_waiting) == (4, 1)
+    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (1093, 512)
+    assert m.kv_cache_usage_perc * 728 == pytest.approx(10)
 
 
 def test_token_prompts_are_exact_and_differ_by_seed():
@@ -144,7 +144,7 @@ def test_drawings_label_their_axes_and_state_the_finding():
     assert ax.get_xlabel() and ax.get_ylabel() and "6.5×" in ax.get_title()
     records = [TokenRequestRecord(0, True, None, 512, 16, 0.0, 3.0),  # 528 tokens: 5 blocks, answered at 3 s
                TokenRequestRecord(1, True, None, 16, 64, 0.0, 6.0)]  # 80 tokens: 1 block, answered at 6 s
-    samples = [(t, parse_kv_metrics(METRICS.replace("0.013736263736263736", str(u))))
+    samples = [replace(MetricsSample.from_text(METRICS.replace("0.013736263736263736", str(u))), t_s=t)
                for t, u in ((0.5, 6 / 728), (4.0, 1 / 728), (7.0, 0.0))]
     fig = plot_kv_usage(samples, records, num_blocks=728, block_size=128, max_model_len=2048)
     ax = fig.axes[0]
