@@ -1,10 +1,14 @@
-"""Write the badge and the Colab setup cell at the top of every notebook, and strip outputs.
+"""Keep every notebook in the course's shape: badge and Colab setup cell on top, no outputs
+except the reference outputs of cells marked ``# NBVAL_CHECK_OUTPUT``, which nbval compares.
 
-Run after adding or renaming a notebook: python scripts/notebook_header.py
+    python scripts/notebook_header.py [NOTEBOOK ...]                  # after adding or editing one
+    python scripts/notebook_header.py --refresh-checked [NOTEBOOK ...] # take reference outputs from
+                                                                      # build/executed/ (make course)
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import nbformat
@@ -12,13 +16,34 @@ import nbformat
 from helpers.colab import SETUP_CELL, badge_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
+EXECUTED = ROOT / "build" / "executed"
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 
 
 def notebooks() -> list[Path]:
     return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
 
 
-def normalise(path: Path) -> None:
+def is_checked(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
+
+
+def reference_outputs(outputs: list) -> list:
+    """Text only: nbval does not compare images, and pictures don't belong in git diffs."""
+    kept = []
+    for output in outputs:
+        output = nbformat.from_dict(dict(output))
+        if "data" in output:
+            output.data = {k: v for k, v in output.data.items() if not k.startswith("image/")}
+            if not output.data:
+                continue
+        if output.output_type == "execute_result":
+            output.execution_count = None
+        kept.append(output)
+    return kept
+
+
+def normalise(path: Path, refresh_checked: bool = False) -> None:
     notebook = nbformat.read(path, as_version=4)
     cells = notebook.cells
     badge = badge_markdown(path.relative_to(ROOT).as_posix())
@@ -32,14 +57,37 @@ def normalise(path: Path) -> None:
         cells[1] = setup
     else:
         cells.insert(1, setup)
+    executed = _executed_cells(path) if refresh_checked else {}
     for cell in cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
+        if cell.cell_type != "code":
+            continue
+        cell.execution_count = None
+        if not is_checked(cell):
+            cell.outputs = []
+        elif cell.source in executed:
+            cell.outputs = reference_outputs(executed[cell.source])
+        else:
+            cell.outputs = reference_outputs(cell.outputs)
     nbformat.validator.normalize(notebook)
     nbformat.write(notebook, path)
 
 
-if __name__ == "__main__":
-    for path in notebooks():
-        normalise(path)
+def _executed_cells(path: Path) -> dict[str, list]:
+    copy = EXECUTED / path.name
+    if not copy.exists():
+        raise SystemExit(f"{copy} does not exist: run `python scripts/run_course.py {path}` first.")
+    return {cell.source: cell.outputs for cell in nbformat.read(copy, as_version=4).cells if is_checked(cell)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--refresh-checked", action="store_true")
+    args = parser.parse_args()
+    for path in [p.resolve() for p in args.notebooks] or notebooks():
+        normalise(path, args.refresh_checked)
         print(f"normalised {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
