@@ -396,7 +396,8 @@ def _existing(pids: list[int]) -> list[psutil.Process]:
 def _new_log_path(log_dir: Path | None, port: int) -> Path:
     folder = Path(log_dir) if log_dir else build_dir("server-logs")
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"vllm-{datetime.now():%Y%m%d-%H%M%S}-port{port}.log"
+    # Microseconds keep two servers started in the same second (two kernels) from sharing a log.
+    return folder / f"vllm-{datetime.now():%Y%m%d-%H%M%S-%f}-port{port}.log"
 
 
 def _package_root() -> str:
