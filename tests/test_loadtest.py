@@ -1,0 +1,343 @@
+"""helpers.loadtest: the workload is sized right, and the client records everything and never raises.
+
+Most tests use a tiny fake OpenAI-compatible server (a thread on 127.0.0.1 that streams
+server-sent events, or misbehaves on purpose), so they run in seconds without vLLM. The
+tests marked `server` check the same things against the real vLLM server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from helpers.loadtest import (
+    LAB_PROMPT_LENS,
+    Endpoint,
+    RequestSpec,
+    ServerTokenizer,
+    Workload,
+    build_workload,
+    run_load_test,
+)
+from helpers.loadtest_metrics import summarize
+
+
+# ----- a toy tokenizer and a fake server --------------------------------------------------------
+class WordTokenizer:
+    """One token per space-separated word, except words longer than 7 characters, which are two
+    tokens: enough to make decode -> encode change counts at the seams, like a real BPE."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.words: list[str] = []
+
+    def _id(self, piece: str) -> int:
+        if piece not in self.vocab:
+            self.vocab[piece] = len(self.words)
+            self.words.append(piece)
+        return self.vocab[piece]
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for word in text.split():
+            ids += [self._id(word[:7]), self._id("##" + word[7:])] if len(word) > 7 else [self._id(word)]
+        return ids
+
+    def decode(self, ids) -> str:
+        out = ""
+        for i in ids:
+            piece = self.words[i]
+            out += piece[2:] if piece.startswith("##") else (" " + piece)
+        return out.strip()
+
+
+class FakeServer:
+    """An HTTP server in its own thread that answers chat completions by the requested model name:
+
+    - "ok": streams `max_tokens` tokens, `gap_s` apart, after `ttft_s`, then usage and [DONE];
+    - "missing": HTTP 404 with vLLM's error body;
+    - "die": two tokens, then the connection is cut mid-stream;
+    - "stall": headers, then nothing (a hung server).
+    It counts how many requests were in flight at once.
+    """
+
+    def __init__(self, ttft_s: float = 0.05, gap_s: float = 0.01) -> None:
+        self.ttft_s, self.gap_s = ttft_s, gap_s
+        self.in_flight = self.peak_in_flight = 0
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FakeServer:
+        self.thread.start()
+        assert self.ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def endpoint(self, model: str) -> Endpoint:
+        return Endpoint(self.url, model)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+        server.close()
+        pending = asyncio.all_tasks(self.loop)  # handlers still streaming or stalled: end them cleanly
+        for task in pending:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: several requests per connection
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"content-length: (\d+)", head, re.IGNORECASE).group(1)) if b"ength" in head else 0
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                if head.startswith(b"GET"):
+                    await self._send_json(writer, 404, {"detail": "Not Found"})
+                    continue
+                self.in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                try:
+                    keep = await self._answer(body, writer)
+                finally:
+                    self.in_flight -= 1
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _send_json(self, writer, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+                     .encode() + data)
+        await writer.drain()
+
+    async def _answer(self, body: dict, writer) -> bool:
+        model = body.get("model")
+        if model == "missing":
+            await self._send_json(writer, 404, {"error": {"message": "The model `missing` does not exist.",
+                                                          "type": "NotFoundError", "code": 404}})
+            return True
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        await writer.drain()
+        if model == "stall":
+            await asyncio.sleep(3600)
+        await asyncio.sleep(self.ttft_s)
+        tokens = 2 if model == "die" else body["max_tokens"]
+        for i in range(tokens):
+            await self._event(writer, {"choices": [{"index": 0, "delta": {"content": f" t{i}"},
+                                                    "finish_reason": "length" if i == tokens - 1 else None}]})
+            await asyncio.sleep(self.gap_s)
+        if model == "die":
+            return False  # cut the connection without ending the chunked body
+        prompt_tokens = len(body["messages"][0]["content"].split()) + 30
+        await self._event(writer, {"choices": [], "usage": {"prompt_tokens": prompt_tokens,
+                                                             "completion_tokens": tokens}})
+        await self._chunk(writer, b"data: [DONE]\n\n")
+        await self._chunk(writer, b"")
+        return True
+
+    async def _event(self, writer, payload: dict) -> None:
+        await self._chunk(writer, b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+    async def _chunk(self, writer, data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+
+
+def toy_workload(num_requests: int = 6, max_tokens: int = 5) -> Workload:
+    specs = tuple(RequestSpec(i, f"prompt number {i}", 3, max_tokens) for i in range(num_requests))
+    return Workload(specs, (3,), max_tokens, 0, "toy")
+
+
+def run(coro, limit_s: float = 60):
+    return asyncio.run(asyncio.wait_for(coro, limit_s))
+
+
+# ----- the workload ------------------------------------------------------------------------------
+def test_workload_cycles_the_documented_prompt_lengths_exactly():
+    workload = build_workload(WordTokenizer(), num_requests=10)
+    tokenizer = WordTokenizer()
+    assert [r.prompt_tokens for r in workload.requests] == [LAB_PROMPT_LENS[i % 4] for i in range(10)]
+    for spec in workload.requests:
+        assert len(tokenizer.encode(spec.prompt)) == spec.prompt_tokens
+        assert spec.max_tokens == 64
+
+
+def test_every_prompt_opens_with_the_run_tag_and_its_index():
+    workload = build_workload(WordTokenizer(), num_requests=5, run_tag="abcd")
+    assert [r.prompt.split()[0] for r in workload.requests] == [f"(abcd/{i})" for i in range(5)]
+
+
+def test_two_workloads_never_share_a_prompt_prefix_so_the_prefix_cache_cannot_help():
+    first = build_workload(WordTokenizer(), num_requests=8)
+    second = build_workload(WordTokenizer(), num_requests=8)
+    assert first.run_tag != second.run_tag
+    assert not {r.prompt[:12] for r in first.requests} & {r.prompt[:12] for r in second.requests}
+
+
+def test_the_same_seed_and_tag_give_the_same_prompts_and_another_seed_other_text():
+    same = [build_workload(WordTokenizer(), num_requests=4, seed=1, run_tag="t") for _ in range(2)]
+    other = build_workload(WordTokenizer(), num_requests=4, seed=2, run_tag="t")
+    assert same[0].requests == same[1].requests
+    assert [r.prompt for r in other.requests] != [r.prompt for r in same[0].requests]
+
+
+def test_prompts_are_real_text_not_random_tokens():
+    words = build_workload(WordTokenizer(), num_requests=4, seed=0).requests[3].prompt.split()
+    common = {"the", "a", "of", "to", "is", "and", "in"}
+    assert sum(w.lower() in common for w in words) > len(words) / 20
+
+
+# ----- one request and a run, against the fake server --------------------------------------------
+def test_a_streamed_request_records_usage_ttft_and_gaps_between_tokens():
+    with FakeServer(ttft_s=0.2, gap_s=0.02) as fake:
+        result = run(run_load_test(fake.endpoint("ok"), toy_workload(1, max_tokens=5), progress=False))
+    (record,) = result.records
+    assert record.ok and record.error is None
+    assert record.output_tokens == 5 and record.prompt_tokens == 3 + 30
+    assert 0.2 <= record.ttft_s < 1.0
+    assert len(record.itl_s) == 4 and all(0.015 <= gap < 0.5 for gap in record.itl_s)
+    assert record.e2e_s == pytest.approx(record.ttft_s + sum(record.itl_s))
+    assert record.done_s >= record.send_s + record.e2e_s
+
+
+def test_a_wrong_model_name_gives_one_error_record_per_request_and_no_exception():
+    with FakeServer() as fake:
+        result = run(run_load_test(fake.endpoint("missing"), toy_workload(6), progress=False))
+    assert len(result.records) == 6
+    assert all(not r.ok and "NotFoundError 404" in r.error and "does not exist" in r.error for r in result.records)
+    summary = summarize(result.records)
+    assert summary["num_errors"] == 6 and summary["num_ok"] == 0 and summary["e2e_p95_s"] is None
+
+
+def test_a_connection_cut_mid_stream_is_an_error_that_keeps_what_was_measured():
+    with FakeServer() as fake:
+        result = run(run_load_test(fake.endpoint("die"), toy_workload(3), progress=False))
+    for record in result.records:
+        assert not record.ok and record.error
+        assert record.ttft_s is not None  # the first tokens did arrive
+        assert record.output_tokens is None
+
+
+def test_a_hung_server_ends_in_timeout_errors_within_the_timeout():
+    with FakeServer() as fake:
+        began = time.monotonic()
+        result = run(run_load_test(fake.endpoint("stall"), toy_workload(3), timeout_s=1.0, progress=False))
+    assert time.monotonic() - began < 10
+    assert all(not r.ok and r.error.startswith("timeout") for r in result.records)
+
+
+def test_no_server_listening_gives_connection_errors_fast():
+    with socket.socket() as probe:  # a free port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run(run_load_test(Endpoint(f"http://127.0.0.1:{port}", "x"), toy_workload(4), progress=False), 30)
+    assert all(not r.ok and "Connection" in r.error for r in result.records)
+
+
+def test_concurrency_caps_requests_in_flight_and_the_pool_is_larger_than_the_cap():
+    with FakeServer(ttft_s=0.1) as fake:
+        result = run(run_load_test(fake.endpoint("ok"), toy_workload(12), concurrency=3, progress=False))
+    assert fake.peak_in_flight == 3
+    assert result.settings["concurrency"] == 3 and result.settings["max_connections"] > 3
+    assert summarize(result.records)["num_ok"] == 12
+
+
+def test_default_concurrency_sends_every_request_at_once():
+    with FakeServer(ttft_s=0.3) as fake:
+        result = run(run_load_test(fake.endpoint("ok"), toy_workload(10), progress=False))
+    assert fake.peak_in_flight == 10
+    assert max(r.send_s for r in result.records) < 0.25
+
+
+# ----- against the real vLLM server ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    from helpers.server import start_server
+
+    with start_server(max_num_seqs=4, quiet=True) as running:
+        yield running
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+class TestAgainstVLLM:
+    def test_workload_prompt_token_counts_match_the_servers_tokenizer(self, server):
+        tokenizer = ServerTokenizer.of(server)
+        workload = build_workload(server, num_requests=8, output_tokens=4)
+        assert [len(tokenizer.encode(r.prompt)) for r in workload.requests] == [r.prompt_tokens for r in workload.requests]
+        result = run(run_load_test(server, workload, progress=False), 300)
+        for spec, record in zip(workload.requests, result.records):
+            assert record.ok, record.error
+            assert record.prompt_tokens == tokenizer.count_chat(spec.prompt)  # usage agrees with /tokenize
+            assert record.output_tokens == 4  # ignore_eos: exactly max_tokens
+
+    def test_a_wrong_model_name_is_counted_as_errors_with_the_servers_message(self, server):
+        workload = build_workload(server, num_requests=5, output_tokens=4)
+        result = run(run_load_test(Endpoint(server.url, "gpt-4o"), workload, progress=False), 120)
+        assert summarize(result.records)["num_errors"] == 5
+        assert all("does not exist" in r.error for r in result.records)
+
+    def test_run_knows_its_server(self, server):
+        result = run(run_load_test(server, build_workload(server, num_requests=2, output_tokens=2), progress=False), 120)
+        assert result.server["max_num_seqs"] == 4 and result.server["vllm_version"]
+        assert result.server["kv_cache"]["num_tokens"] > 0
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a_hang():
+    from helpers.server import start_server
+
+    server = start_server(max_num_seqs=4, quiet=True)
+    try:
+        workload = build_workload(server, num_requests=16, output_tokens=64)
+
+        async def load_then_kill():
+            task = asyncio.create_task(run_load_test(server, workload, timeout_s=120, progress=False))
+            deadline = time.monotonic() + 180
+            while _finished_requests(server) < 2 and time.monotonic() < deadline:  # bounded
+                await asyncio.sleep(0.2)
+            os.killpg(server.process.pid, signal.SIGKILL)
+            return await task
+
+        began = time.monotonic()
+        result = run(load_then_kill(), 300)
+        assert time.monotonic() - began < 300
+    finally:
+        server.stop()
+    summary = summarize(result.records)
+    assert len(result.records) == 16
+    assert summary["num_ok"] >= 2 and summary["num_errors"] >= 1
+    assert summary["num_ok"] + summary["num_errors"] == 16
+    assert all(r.error for r in result.records if not r.ok)
+
+
+def _finished_requests(server) -> float:
+    try:
+        text = server.get("/metrics", timeout=2).decode()
+    except OSError:
+        return 0.0
+    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)", text, re.MULTILINE))

@@ -1,0 +1,96 @@
+"""helpers.loadtest_metrics: one pure function from raw records to numbers, checked by hand and against numpy."""
+
+import numpy as np
+import pytest
+
+from helpers.loadtest import RequestRecord
+from helpers.loadtest_metrics import peak_overlap, percentile, pool_summaries, summarize
+
+
+def ok(index, send, ttft, e2e, tokens=5, prompt=20, itl=None):
+    return RequestRecord(index, ok=True, prompt_tokens=prompt, output_tokens=tokens, send_s=send, ttft_s=ttft,
+                         e2e_s=e2e, done_s=send + e2e, itl_s=itl if itl is not None else [])
+
+
+def failed(index, send=0.0, done=1.0, error="APIConnectionError: Connection error."):
+    return RequestRecord(index, ok=False, error=error, send_s=send, done_s=done)
+
+
+@pytest.mark.parametrize("q", [0, 5, 25, 50, 90, 95, 99, 100])
+@pytest.mark.parametrize("values", [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [3.5], [2, 2, 9],
+                                    list(np.random.default_rng(0).exponential(3.0, 50))])
+def test_percentiles_are_numpys_linear_interpolation(values, q):
+    assert percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_percentiles_by_hand():
+    assert percentile(list(range(1, 11)), 50) == 5.5
+    assert percentile(list(range(1, 11)), 95) == pytest.approx(9.55)
+    assert percentile([], 50) is None
+
+
+def test_summary_percentiles_match_numpy_over_the_successful_requests_only():
+    rng = np.random.default_rng(1)
+    e2e = rng.uniform(5, 30, 50)
+    records = [ok(i, 0.0, e / 3, e) for i, e in enumerate(e2e)] + [failed(50, done=100.0)]
+    s = summarize(records)
+    for q in (50, 95, 99):
+        assert s[f"e2e_p{q}_s"] == pytest.approx(np.percentile(e2e, q))
+        assert s[f"ttft_p{q}_s"] == pytest.approx(np.percentile(e2e / 3, q))
+
+
+def test_a_small_run_by_hand():
+    records = [
+        ok(0, send=0.0, ttft=1.0, e2e=3.0, tokens=5, itl=[0.5, 0.5, 0.5, 0.5]),
+        ok(1, send=0.0, ttft=2.0, e2e=4.0, tokens=3, itl=[1.0, 1.0]),
+        failed(2, send=0.0, done=2.0),
+    ]
+    s = summarize(records)
+    assert (s["num_requests"], s["num_ok"], s["num_errors"]) == (3, 2, 1)
+    assert s["wall_s"] == 4.0  # first send -> last return
+    assert s["output_tokens_total"] == 8 and s["prompt_tokens_total"] == 40
+    assert s["output_tok_per_s"] == 2.0 and s["requests_per_s"] == 0.5
+    assert s["e2e_p50_s"] == 3.5 and s["ttft_mean_s"] == 1.5
+    assert s["tpot_mean_ms"] == pytest.approx((500 + 1000) / 2)  # (3-1)/4 s and (4-2)/2 s
+    assert s["itl_mean_ms"] == pytest.approx(4000 / 6)
+    assert s["peak_generating"] == 2 and s["peak_in_flight"] == 3
+
+
+def test_errors_are_counted_and_never_shrink_the_sample_silently():
+    s = summarize([failed(i) for i in range(50)])
+    assert s["num_errors"] == 50 and s["num_ok"] == 0 and s["num_requests"] == 50
+    assert s["output_tok_per_s"] == 0.0 and s["e2e_p50_s"] is None and s["tpot_mean_ms"] is None
+
+
+def test_no_records_at_all_gives_zeros_and_nones_not_an_exception():
+    s = summarize([])
+    assert s["num_requests"] == 0 and s["wall_s"] == 0.0 and s["output_tok_per_s"] is None
+
+
+def test_field_names_carry_their_units():
+    for key, value in summarize([ok(0, 0.0, 1.0, 2.0)]).items():
+        if isinstance(value, float):
+            assert key.endswith(("_s", "_ms", "_per_s")), key
+
+
+def test_peak_overlap_counts_intervals_that_share_an_instant():
+    assert peak_overlap([]) == 0
+    assert peak_overlap([(0, 1), (1, 2)]) == 1  # one ends as the other starts
+    assert peak_overlap([(0, 10)] + [(i, i + 1) for i in range(5)]) == 2
+    assert peak_overlap([(0, 5)] * 8) == 8
+
+
+def test_waves_of_eight_show_a_peak_of_eight():
+    records = [ok(i, 0.0, ttft=(i // 8) * 2.0 + 0.1, e2e=(i // 8) * 2.0 + 2.0) for i in range(50)]
+    assert summarize(records)["peak_generating"] == 8
+
+
+def test_pooling_repetitions_gives_means_ranges_and_summed_errors():
+    a = summarize([ok(0, 0.0, 1.0, 2.0, tokens=10)])
+    b = summarize([ok(0, 0.0, 1.0, 4.0, tokens=10), failed(1, done=4.0)])
+    pooled = pool_summaries([a, b])
+    assert pooled["num_runs"] == 2
+    assert pooled["output_tok_per_s"] == pytest.approx((5.0 + 2.5) / 2)
+    assert (pooled["output_tok_per_s_min"], pooled["output_tok_per_s_max"]) == (2.5, 5.0)
+    assert pooled["num_errors"] == 1
+    assert pooled["peak_generating"] == 1 and isinstance(pooled["peak_generating"], int)

@@ -1,0 +1,69 @@
+"""helpers.results: a run survives the trip through JSON, and many runs make one table."""
+
+import json
+
+import pytest
+
+from helpers.loadtest import LoadTestRun, RequestRecord
+from helpers.loadtest_metrics import summarize
+from helpers.results import format_table, group_by_setting, load_run, load_runs, runs_table, save_run
+
+
+def make_run(seqs=8, tag="abcd", started="2026-11-29T08:00:00+00:00", scale=1.0):
+    records = [RequestRecord(i, ok=True, prompt_len=16, prompt_tokens=46, output_tokens=64, send_s=0.0,
+                             ttft_s=scale * (1.0 + i), e2e_s=scale * (5.0 + i), done_s=scale * (5.0 + i) + 0.001,
+                             itl_s=[0.0612345678] * 63) for i in range(4)]
+    records.append(RequestRecord(4, ok=False, error="timeout: no complete answer within 10 s", send_s=0.0,
+                                 done_s=scale * 10.0))
+    server = {"url": "http://127.0.0.1:8000", "model": "smollm2", "vllm_version": "0.32.0", "max_num_seqs": seqs,
+              "max_model_len": 2048, "device": "cpu",
+              "kv_cache": {"num_tokens": 93184, "num_blocks": 728, "block_size": 128}}
+    settings = {"num_requests": 5, "run_tag": tag, "output_tokens": 64, "concurrency": 5}
+    return LoadTestRun(f"max_num_seqs={seqs}", settings, server, "CPU: 2 cores", started, scale * 10.0, records)
+
+
+def test_a_saved_run_loads_back_with_its_records_settings_and_server(tmp_path):
+    run = make_run()
+    path = save_run(run, tmp_path)
+    assert path.parent == tmp_path and "seqs8" in path.name and path.name.endswith("abcd.json")
+    back = load_run(path)
+    assert back.server == run.server and back.settings == run.settings and back.hardware == "CPU: 2 cores"
+    assert back.started_at == run.started_at and back.max_num_seqs == 8
+    assert [r.ok for r in back.records] == [r.ok for r in run.records]
+    assert back.records[4].error == run.records[4].error
+    assert back.records[0].itl_s[0] == pytest.approx(0.06123, abs=1e-5)  # rounded to 10 microseconds
+    assert summarize(back.records)["e2e_p95_s"] == pytest.approx(summarize(run.records)["e2e_p95_s"])
+
+
+def test_the_file_is_plain_json_with_a_summary_for_human_readers(tmp_path):
+    data = json.loads(save_run(make_run(), tmp_path).read_text())
+    assert data["format"].startswith("vllm-course/loadtest-run/")
+    assert data["summary"]["num_errors"] == 1 and len(data["records"]) == 5
+    assert data["server"]["vllm_version"] == "0.32.0"
+
+
+def test_load_runs_reads_a_folder_oldest_first_and_skips_other_json(tmp_path):
+    save_run(make_run(64, "late", "2026-11-29T09:00:00+00:00"), tmp_path)
+    save_run(make_run(8, "early", "2026-11-29T08:00:00+00:00"), tmp_path)
+    (tmp_path / "notes.json").write_text('{"hello": 1}')
+    runs = load_runs(tmp_path)
+    assert [r.settings["run_tag"] for r in runs] == ["early", "late"]
+    assert list(group_by_setting(runs)) == [8, 64]
+
+
+def test_loading_something_else_says_what_is_wrong(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a load-test run file"):
+        load_run(path)
+
+
+def test_table_rows_per_run_and_pooled_per_setting():
+    runs = [make_run(8, "a"), make_run(8, "b", scale=2.0), make_run(64, "c")]
+    rows = runs_table(runs)
+    assert [(r["max_num_seqs"], r["run"]) for r in rows] == [(8, "a"), (8, "b"), (64, "c")]
+    pooled = runs_table(runs, pooled=True)
+    assert [r["max_num_seqs"] for r in pooled] == [8, 64]
+    assert pooled[0]["num_runs"] == 2 and pooled[0]["num_errors"] == 2
+    table = format_table(pooled)
+    assert table.splitlines()[0].startswith("| max_num_seqs | run | wall_s |") and len(table.splitlines()) == 4
