@@ -1,0 +1,208 @@
+"""The lab's figures, drawn from saved runs: latency CDFs, throughput bars, a per-request
+timeline, and the max_num_seqs sweep.
+
+Each function takes runs (``helpers.loadtest.LoadTestRun``) or table rows
+(``helpers.results.runs_table``), returns a matplotlib Figure, and states the finding in
+its title, computed from the data (so a title never claims what the data do not show).
+Nothing here measures or saves; nothing here decides what a finding means beyond
+describing it (that is ``helpers.lab_explain``).
+
+Taught in ``labs/01_concurrency_lab.ipynb``.
+
+Example::
+
+    >>> fig = plot_throughput({8: runs_at_8, 64: runs_at_64})     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from helpers.loadtest_metrics import percentile, summarize
+
+WAIT_COLOR = "#f4a259"  # send -> first token: waiting for a slot, then prefill
+GENERATE_COLOR = "#3d5a80"  # first token -> last token: decoding
+ERROR_COLOR = "#d62828"
+
+
+def setting_colors(settings: Sequence[Any]) -> dict[Any, Any]:
+    cmap = plt.get_cmap("viridis")
+    return {s: cmap(0.15 + 0.7 * i / max(1, len(settings) - 1)) for i, s in enumerate(settings)}
+
+
+def _ok_values(runs: Sequence[Any], attribute: str) -> list[float]:
+    return [getattr(r, attribute) for run in runs for r in run.records if r.ok and getattr(r, attribute) is not None]
+
+
+def plot_latency_cdf(groups: dict[int, Sequence[Any]]) -> plt.Figure:
+    """Cumulative distributions of end-to-end latency and TTFT, one line per max_num_seqs
+    (all repetitions pooled), with the p50 and p95 marked."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    colors = setting_colors(list(groups))
+    p95 = {}
+    for seqs, runs in groups.items():
+        for ax, attribute in zip(axes, ("e2e_s", "ttft_s")):
+            values = np.sort(_ok_values(runs, attribute))
+            if not len(values):
+                continue
+            fraction = np.arange(1, len(values) + 1) / len(values)
+            ax.step(values, fraction, where="post", color=colors[seqs], lw=2,
+                    label=f"max_num_seqs={seqs} ({len(values)} requests)")
+            for q, style in ((50, ":"), (95, "--")):
+                ax.axvline(percentile(values, q), color=colors[seqs], ls=style, lw=1)
+            p95[(seqs, attribute)] = percentile(values, 95)
+    for ax, what in zip(axes, ("end-to-end latency (send -> last token)", "time to first token")):
+        ax.set_xlabel(f"{what}, s")
+        ax.grid(alpha=0.3)
+        ax.set_xlim(left=0)
+    axes[0].set_ylabel("fraction of requests finished")
+    axes[0].legend(loc="lower right", fontsize=8, title="dotted p50, dashed p95", title_fontsize=8)
+    axes[0].set_title("End-to-end latency")
+    axes[1].set_title("Time to first token")
+    settings = list(groups)
+    if len(settings) >= 2 and all((s, "e2e_s") in p95 for s in settings[:1] + settings[-1:]):
+        a, b = settings[0], settings[-1]
+        fig.suptitle(f"All runs' requests together: p95 latency {p95[(a, 'e2e_s')]:.1f} s at max_num_seqs={a} vs "
+                     f"{p95[(b, 'e2e_s')]:.1f} s at {b}; p95 TTFT {p95[(a, 'ttft_s')]:.1f} s vs {p95[(b, 'ttft_s')]:.1f} s")
+    fig.tight_layout()
+    return fig
+
+
+def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Sequence[Any]] | None = None) -> plt.Figure:
+    """Output tokens/s per setting: bar = mean of the repetitions, whisker = their range, dots = each run.
+    ``reference``: other runs (e.g. the committed reference results), drawn as hollow bars beside."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    settings = list(groups)
+    x = np.arange(len(settings))
+    width = 0.38 if reference else 0.6
+    means = {}
+    for offset, source, name, filled in ((0.0, groups, "this run", True), (width, reference or {}, "reference", False)):
+        for i, seqs in enumerate(settings):
+            values = [summarize(run.records)["output_tok_per_s"] or 0.0 for run in source.get(seqs, [])]
+            if not values:
+                continue
+            mean = float(np.mean(values))
+            if filled:
+                means[seqs] = mean
+            ax.bar(x[i] + offset, mean, width, color=GENERATE_COLOR if filled else "none",
+                   edgecolor=GENERATE_COLOR, hatch=None if filled else "//",
+                   label=name if i == 0 else None)
+            ax.errorbar(x[i] + offset, mean, yerr=[[mean - min(values)], [max(values) - mean]],
+                        color="black", capsize=5, lw=1)
+            ax.scatter([x[i] + offset] * len(values), values, color="black", s=12, zorder=3)
+            ax.annotate(f"{mean:.0f}", (x[i] + offset, 0), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=9, color="white" if filled else GENERATE_COLOR)
+    ax.set_xticks(x + (width / 2 if reference else 0), [f"max_num_seqs={s}" for s in settings])
+    ax.set_ylabel("output throughput, tokens/s")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    if len(means) >= 2:
+        a, b = settings[0], settings[-1]
+        ax.set_title(f"max_num_seqs={b} gave {means[b] / means[a]:.2f}x the throughput of {a} "
+                     f"(ideal: {b / a:g}x)\nbars: mean of the runs, whiskers: their range")
+    fig.tight_layout()
+    return fig
+
+
+def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
+    """One run per setting: each request a row, sorted by send time (then first token); orange
+    from send to first token (waiting for a slot, then prefill), blue while generating."""
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 5), sharex=True, squeeze=False)
+    waits = {}
+    for ax, (seqs, run) in zip(axes[0], runs.items()):
+        ordered = sorted(run.records, key=lambda r: (round(r.send_s, 3), r.ttft_s if r.ttft_s is not None else 1e9))
+        for row, r in enumerate(ordered):
+            if r.ttft_s is not None:
+                ax.barh(row, r.ttft_s, left=r.send_s, color=WAIT_COLOR, height=0.85)
+            if r.ttft_s is not None and r.e2e_s is not None:
+                ax.barh(row, r.e2e_s - r.ttft_s, left=r.send_s + r.ttft_s, color=GENERATE_COLOR, height=0.85)
+            if not r.ok:
+                ax.plot((r.done_s or r.send_s), row, "x", color=ERROR_COLOR)
+        waits[seqs] = max((r.ttft_s for r in run.records if r.ok and r.ttft_s is not None), default=None)
+        peak = summarize(run.records)["peak_generating"]
+        ax.set_title(f"max_num_seqs={seqs}: at most {peak} generating at once")
+        ax.set_xlabel("time since the run started, s")
+        ax.set_ylabel("request (sorted by send, then first token)")
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=WAIT_COLOR), plt.Rectangle((0, 0), 1, 1, color=GENERATE_COLOR)]
+    axes[0][0].legend(handles, ["waiting for a slot + prefill (TTFT)", "generating"], loc="upper right", fontsize=8)
+    axes[0][0].set_xlim(left=0)
+    settings = list(runs)
+    if len(settings) >= 2 and None not in (waits[settings[0]], waits[settings[-1]]):
+        a, b = settings[0], settings[-1]
+        fig.suptitle(f"The longest wait for a first token: {waits[a]:.1f} s at max_num_seqs={a}, {waits[b]:.1f} s at {b}")
+    fig.tight_layout()
+    return fig
+
+
+def load_prediction(path: Path | str | None = None) -> dict[str, Any] | None:
+    """The continuous-batching notebook's prediction, or None when it has not been saved yet."""
+    if path is None:
+        from helpers.paths import build_dir
+
+        path = build_dir("results") / "batching_prediction.json"
+    path = Path(path)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return data if "max_num_seqs" in data and "predicted_output_tok_s" in data else None
+
+
+def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (),
+               prediction: dict[str, Any] | None = None, num_requests: int | None = None,
+               source: str = "reference sweep") -> plt.Figure:
+    """Throughput and p95 latency against max_num_seqs (pooled rows of ``runs_table``), with ideal
+    linear scaling from the smallest setting, the prediction overlaid and the learner's own points."""
+    rows = sorted(rows, key=lambda row: row["max_num_seqs"])
+    seqs = np.array([row["max_num_seqs"] for row in rows], dtype=float)
+    tput = np.array([row["output_tok_per_s"] for row in rows], dtype=float)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    _with_range(left, seqs, rows, "output_tok_per_s", f"measured ({source})")
+    base_seqs, base = seqs[0], tput[0]
+    grid = np.geomspace(seqs[0], seqs[-1], 50)
+    left.plot(grid, base * grid / base_seqs, "k--", lw=1, label=f"ideal linear from max_num_seqs={base_seqs:g}")
+    if num_requests:
+        left.plot(grid, base * np.minimum(grid, num_requests) / base_seqs, ":", color="gray", lw=1.5,
+                  label=f"linear, capped at {num_requests} requests")
+    if prediction:
+        left.plot(prediction["max_num_seqs"], prediction["predicted_output_tok_s"], "s-", color="#8e44ad",
+                  ms=5, lw=1.5, label="simulator prediction (continuous-batching notebook)")
+    for ax, key in ((left, "output_tok_per_s"), (right, "e2e_p95_s")):
+        if own:
+            ax.plot([r["max_num_seqs"] for r in own], [r[key] for r in own], "*", color=ERROR_COLOR, ms=14,
+                    label="your runs", zorder=5)
+    _with_range(right, seqs, rows, "e2e_p95_s", f"p95 end-to-end ({source})")
+    if all(row.get("ttft_p95_s") is not None for row in rows):
+        right.plot(seqs, [row["ttft_p95_s"] for row in rows], "o--", color=WAIT_COLOR, label="p95 time to first token")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(seqs, [f"{s:g}" for s in seqs])
+        ax.set_xlabel("max_num_seqs (slots in the running batch)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    left.set_yscale("log")
+    left.set_ylabel("output throughput, tokens/s (log scale)")
+    right.set_ylabel("latency, s")
+    best = int(np.argmax(tput))
+    usable = min(seqs[best], num_requests) if num_requests else seqs[best]
+    left.set_title(f"Peak {tput[best]:.0f} tok/s at max_num_seqs={seqs[best]:g}: {tput[best] / base:.1f}x of "
+                   f"{base_seqs:g} slot(s), ideal {usable / base_seqs:g}x")
+    p95 = [row["e2e_p95_s"] for row in rows]
+    right.set_title(f"p95 latency from {p95[0]:.0f} s at {seqs[0]:g} to {p95[-1]:.0f} s at {seqs[-1]:g} "
+                    f"(lowest: {min(p95):.0f} s at {seqs[int(np.argmin(p95))]:g})")
+    fig.tight_layout()
+    return fig
+
+
+def _with_range(ax, seqs, rows, key, label) -> None:
+    values = np.array([row[key] for row in rows], dtype=float)
+    lo = np.array([row.get(f"{key}_min", row[key]) for row in rows], dtype=float)
+    hi = np.array([row.get(f"{key}_max", row[key]) for row in rows], dtype=float)
+    ax.errorbar(seqs, values, yerr=[values - lo, hi - values], fmt="o-", color=GENERATE_COLOR, capsize=4, label=label)

@@ -1,0 +1,204 @@
+"""helpers.lab_explain: the explanation follows the numbers, and its conclusions flip when they do."""
+
+import pytest
+
+from helpers.lab_explain import (
+    check_answer,
+    check_e2e_percentile,
+    check_speedup,
+    check_throughput,
+    explain,
+    explain_runs,
+)
+from tests.test_results import make_run
+
+KV = {"num_tokens": 93184, "num_blocks": 728, "block_size": 128, "max_model_len": 2048, "max_concurrency": 45.5}
+LAB_TOKENS = [16 + 30 + 64, 64 + 30 + 64, 256 + 30 + 64, 512 + 30 + 64] * 12 + [110, 158]  # 50 requests
+
+
+def setting(seqs, tput, **overrides):
+    """A pooled summary like the CPU lab's (numbers from docs/cpu-vllm.md)."""
+    low = seqs <= 8
+    summary = {
+        "max_num_seqs": seqs, "num_requests": 50, "num_runs": 2, "num_errors": 0,
+        "output_tok_per_s": tput, "output_tok_per_s_min": tput * 0.95, "output_tok_per_s_max": tput * 1.05,
+        "e2e_p50_s": 19.0 if low else 20.0, "e2e_p95_s": 29.0 if low else 20.5,
+        "ttft_p50_s": 16.0 if low else 6.0, "ttft_p95_s": 26.0 if low else 11.0,
+        "tpot_mean_ms": 60.0 if low else 220.0, "itl_p50_ms": 55.0 if low else 150.0,
+        "itl_p95_ms": 90.0 if low else 600.0, "itl_p99_ms": 120.0 if low else 1200.0,
+        "peak_generating": min(seqs, 50),
+        "prompt_tokens_total": 11756, "output_tokens_total": 3200,
+    }
+    summary.update(overrides)
+    return summary
+
+
+def lab(low_tput=100.0, high_tput=160.0, low=None, high=None, **kwargs):
+    kwargs.setdefault("device", "cpu")
+    kwargs.setdefault("kv_cache", KV)
+    kwargs.setdefault("request_kv_tokens", LAB_TOKENS)
+    kwargs.setdefault("max_model_len", 2048)
+    return explain(setting(8, low_tput, **(low or {})), setting(64, high_tput, **(high or {})), **kwargs)
+
+
+# ----- the headline's verdict ------------------------------------------------------------------
+def test_a_speed_up_of_seven_or_more_is_called_near_linear():
+    assert "near-linear" in lab(100, 720).headline
+
+
+def test_a_speed_up_near_the_fifty_request_ceiling_names_the_ceiling():
+    headline = lab(100, 600).headline
+    assert "close to the 6.25x that 50 requests allow" in headline and "near-linear" not in headline
+
+
+def test_the_cpu_labs_speed_up_is_sub_linear_with_its_share_of_linear():
+    headline = lab(100, 160).headline
+    assert "1.60x" in headline and "sub-linear, 20% of the 8x" in headline
+
+
+def test_no_gain_and_a_loss_are_said_as_such():
+    assert "no real gain" in lab(100, 101).headline
+    assert "throughput fell" in lab(100, 70).headline
+
+
+def test_overlapping_ranges_are_called_noise():
+    noisy = lab(100, 104).effect("throughput").text
+    assert "within run-to-run noise" in noisy
+    assert "larger than the run-to-run noise" in lab(100, 160).effect("throughput").text
+
+
+# ----- latency ---------------------------------------------------------------------------------
+def test_a_falling_p95_is_explained_by_waiting_for_a_slot_at_8():
+    text = lab().effect("latency").text
+    assert "29.0 s at 8 to 20.5 s at 64 (-29%)" in text and "queued for a slot" in text
+
+
+def test_a_rising_p95_is_explained_by_slower_shared_steps():
+    text = lab(high={"e2e_p95_s": 40.0}).effect("latency").text
+    assert "(+38%)" in text and "each step is slower for everyone" in text
+
+
+def test_an_unchanged_p95_says_about_the_same():
+    assert "about the same" in lab(high={"e2e_p95_s": 30.0}).effect("latency").text
+
+
+# ----- the effects -------------------------------------------------------------------------------
+def test_fifty_requests_make_sixty_four_slots_act_like_fifty():
+    text = lab().effect("requests, not slots").text
+    assert "64 acts like 50" in text and "50/8 = 6.25x" in text and "at most 50 requests" in text
+
+
+def test_fewer_requests_than_either_setting_caps_the_gain_at_one():
+    headline = lab(100, 101, low={"num_requests": 5, "peak_generating": 5},
+                   high={"num_requests": 5, "peak_generating": 5}).headline
+    assert "no real gain" in headline or "close to the 1.00x" in headline
+
+
+def test_more_requests_than_slots_uses_every_slot():
+    text = lab(low={"num_requests": 200}, high={"num_requests": 200, "peak_generating": 64}).effect(
+        "requests, not slots").text
+    assert "every slot could be used" in text
+
+
+def test_a_low_peak_says_not_all_requests_overlapped():
+    assert "Not all 50 overlapped" in lab(high={"peak_generating": 30}).effect("requests, not slots").text
+
+
+def test_step_time_growing_with_the_batch_is_called_proportional():
+    text = lab(high={"tpot_mean_ms": 360.0}).effect("per-step cost").text
+    assert "almost in proportion" in text and "per running request fell from 16.7 to 2.8" in text
+
+
+def test_flat_step_time_is_where_batching_pays():
+    text = lab(100, 700, high={"tpot_mean_ms": 70.0}).effect("per-step cost").text
+    assert "hardly grew" in text and "memory-bound" in text
+
+
+def test_step_growth_between_the_two_is_partly_shared():
+    assert "less than the batch" in lab().effect("per-step cost").text
+
+
+def test_the_prediction_from_batch_and_step_growth_is_compared_with_the_measurement():
+    assert "consistent" in lab(100, 170).effect("per-step cost").text  # 6.25 / 3.67 = 1.70x
+    assert "other effects" in lab(100, 120).effect("per-step cost").text
+
+
+def test_prefill_heavier_than_decode_is_said_with_the_stall():
+    text = lab().effect("prefill interleaves with decode").text
+    assert "prefill is 3.7x the decode tokens" in text and "stalled" in text and "1,200 ms or more, 8x" in text
+
+
+def test_no_stall_when_the_gaps_stay_even():
+    text = lab(high={"itl_p99_ms": 300.0}).effect("prefill interleaves with decode").text
+    assert "not visibly stalled" in text
+
+
+def test_kv_cache_that_fits_is_not_the_limit_and_naive_reservation_would_not_fit():
+    text = lab().effect("KV-cache capacity").text
+    assert "93,184 tokens (728 blocks of 128)" in text and "never limited" in text
+    assert "would need 102,400" in text and "only 45 requests" in text
+
+
+def test_a_kv_cache_too_small_is_named_as_the_limit():
+    small = {**KV, "num_tokens": 5120, "num_blocks": 40}
+    text = lab(kv_cache=small).effect("KV-cache capacity").text
+    assert "do not all fit" in text and "KV capacity limited the batch" in text
+
+
+def test_a_large_pool_makes_naive_reservation_fit_too():
+    big = {**KV, "num_tokens": 200_000, "num_blocks": 1562}
+    assert "would also fit" in lab(kv_cache=big).effect("KV-cache capacity").text
+
+
+def test_no_kv_report_means_no_claim():
+    assert "cannot be checked" in lab(kv_cache=None).effect("KV-cache capacity").text
+
+
+def test_cpu_and_gpu_get_different_hardware_explanations():
+    assert "compute-bound" in lab(cpu_count=2).effect("the hardware").text
+    assert "2 CPU cores" in lab(cpu_count=2).effect("the hardware").text
+    gpu = lab(100, 300, device="cuda", high={"tpot_mean_ms": 70.0}).effect("the hardware").text
+    assert "memory bandwidth" in gpu and "as expected" in gpu
+
+
+def test_missing_numbers_drop_findings_instead_of_inventing_them():
+    explanation = lab(high={"tpot_mean_ms": None}, device=None)
+    assert explanation.effect("per-step cost") is None and explanation.effect("the hardware") is None
+
+
+def test_the_explanation_reads_as_markdown():
+    markdown = lab().markdown()
+    assert markdown.startswith("**max_num_seqs=64 gave 1.60x") and "- **KV-cache capacity.**" in markdown
+
+
+def test_explain_runs_pools_saved_runs():
+    runs = [make_run(8, "a"), make_run(8, "b"), make_run(64, "c", scale=0.5)]
+    explanation = explain_runs(runs)
+    assert "max_num_seqs=64 gave 2.00x" in explanation.headline
+    assert "near-linear" not in explanation.headline and "no real gain" not in explanation.headline
+    assert "728 blocks" in explanation.effect("KV-cache capacity").text
+
+
+# ----- learner checks ----------------------------------------------------------------------------
+def test_checks_give_feedback_and_never_raise(capsys):
+    assert check_answer(None, 5.0, "p50") is False
+    assert "not answered yet" in capsys.readouterr().out
+    assert check_answer(5.05, 5.0, "p50") is True
+    assert "correct" in capsys.readouterr().out
+    assert check_answer(7.0, 5.0, "p50") is False
+    assert "too high" in capsys.readouterr().out
+    assert check_answer("five", 5.0, "p50") is False
+    assert "expected a number" in capsys.readouterr().out
+    assert check_answer(1.0, None, "p50") is False
+    assert "nothing to check" in capsys.readouterr().out
+
+
+def test_checks_recompute_from_the_raw_records(capsys):
+    records = make_run().records
+    e2e = sorted(r.e2e_s for r in records if r.ok)  # 5, 6, 7, 8
+    assert check_e2e_percentile(6.5, records, 50)
+    assert check_e2e_percentile(pytest.approx(7.85).expected, records, 95)
+    assert check_throughput(4 * 64 / 10.0, records)
+    assert not check_throughput(5 * 64 / 10.0, records)
+    assert check_speedup(1.0, records, records)
+    assert e2e == [5.0, 6.0, 7.0, 8.0]

@@ -1,0 +1,93 @@
+"""helpers.lab_plots: every figure builds headless (Agg) from runs, and its title states what the data show."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+
+from helpers.lab_plots import (
+    load_prediction,
+    plot_latency_cdf,
+    plot_sweep,
+    plot_throughput,
+    plot_timeline,
+)
+from helpers.loadtest import LoadTestRun, RequestRecord
+from helpers.results import runs_table
+
+
+def waves_run(seqs, step_s, tag, n=50, tokens=64):
+    """All sent at t=0; `seqs` at a time, each wave taking tokens * step_s seconds."""
+    records = []
+    for i in range(n):
+        wave = i // seqs
+        start = wave * tokens * step_s
+        records.append(RequestRecord(i, ok=True, prompt_len=16, prompt_tokens=46, output_tokens=tokens, send_s=0.0,
+                                     ttft_s=start + step_s, e2e_s=start + tokens * step_s,
+                                     done_s=start + tokens * step_s, itl_s=[step_s] * (tokens - 1)))
+    records[-1] = RequestRecord(n - 1, ok=False, error="boom", send_s=0.0, done_s=1.0)
+    server = {"max_num_seqs": seqs, "device": "cpu", "kv_cache": None}
+    return LoadTestRun(f"max_num_seqs={seqs}", {"run_tag": tag}, server, "CPU: 2 cores",
+                       "2026-11-29T08:00:00+00:00", 0.0, records)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture
+def groups():
+    return {8: [waves_run(8, 0.06, "a"), waves_run(8, 0.065, "b")], 64: [waves_run(64, 0.2, "c"), waves_run(64, 0.21, "d")]}
+
+
+def test_latency_cdfs_have_labelled_axes_and_a_title_with_the_p95s(groups):
+    fig = plot_latency_cdf(groups)
+    left = fig.axes[0]
+    assert left.get_xlabel().endswith(", s") and "fraction" in left.get_ylabel()
+    assert "p95 latency" in fig._suptitle.get_text() and "max_num_seqs=8" in fig._suptitle.get_text()
+    assert len(left.get_legend().get_texts()) == 2
+
+
+def test_throughput_bars_state_the_measured_ratio(groups):
+    fig = plot_throughput(groups, reference=groups)
+    title = fig.axes[0].get_title()
+    assert "max_num_seqs=64 gave" in title and "(ideal: 8x)" in title
+    assert "tokens/s" in fig.axes[0].get_ylabel()
+
+
+def test_the_timeline_shows_waiting_at_8_and_names_the_longest_wait(groups):
+    fig = plot_timeline({8: groups[8][0], 64: groups[64][0]})
+    assert "at most 8 generating at once" in fig.axes[0].get_title()
+    assert "longest wait for a first token" in fig._suptitle.get_text()
+    assert fig.axes[0].get_xlabel() == "time since the run started, s"
+
+
+def test_the_sweep_overlays_ideal_scaling_the_prediction_and_the_learners_points():
+    runs = [waves_run(s, 0.05 * s ** 0.6, f"r{s}") for s in (1, 2, 4, 8, 16, 32, 64)]
+    rows = runs_table(runs, pooled=True)
+    prediction = {"max_num_seqs": [1, 8, 64], "predicted_output_tok_s": [20, 90, 150], "ratio_64_vs_8": 1.6}
+    fig = plot_sweep(rows, own=rows[3:4] + rows[-1:], prediction=prediction, num_requests=50)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("ideal linear" in label for label in labels)
+    assert any("prediction" in label for label in labels) and "your runs" in labels
+    assert fig.axes[0].get_title().startswith("Peak ")
+    assert "max_num_seqs" in fig.axes[1].get_xlabel()
+
+
+def test_the_sweep_builds_without_a_prediction():
+    rows = runs_table([waves_run(s, 0.05, f"r{s}") for s in (1, 8, 64)], pooled=True)
+    labels = [t.get_text() for t in plot_sweep(rows).axes[0].get_legend().get_texts()]
+    assert not any("prediction" in label for label in labels)
+
+
+def test_a_missing_prediction_file_is_none_and_a_saved_one_loads(tmp_path):
+    assert load_prediction(tmp_path / "absent.json") is None
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"max_num_seqs": [8, 64], "predicted_output_tok_s": [90, 150], "ratio_64_vs_8": 1.7}))
+    assert load_prediction(path)["ratio_64_vs_8"] == 1.7
