@@ -58,16 +58,18 @@ def normalise(path: Path, refresh_checked: bool = False) -> None:
     else:
         cells.insert(1, setup)
     executed = _executed_cells(path) if refresh_checked else {}
-    for cell in cells:
-        if cell.cell_type != "code":
-            continue
-        cell.execution_count = None
+    code_cells = [cell for cell in cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells, 1):
         if not is_checked(cell):
-            cell.outputs = []
-        elif cell.source in executed:
+            cell.outputs, cell.execution_count = [], None
+            continue
+        if cell.source in executed:
             cell.outputs = reference_outputs(executed[cell.source])
         else:
             cell.outputs = reference_outputs(cell.outputs)
+        # nbval skips (and rejects) a reference without an execution count; a stable number
+        # keeps diffs quiet.
+        cell.execution_count = number
     nbformat.validator.normalize(notebook)
     nbformat.write(notebook, path)
 
