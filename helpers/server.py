@@ -44,7 +44,7 @@ from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError, Ser
 from helpers.hardware import Device, detect_device
 from helpers.model import resolve_model
 from helpers.paths import COURSE_ROOT, build_dir
-from helpers.server_config import Launch, ServerConfig, build_launch
+from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch
 from helpers.server_log import Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, tail
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
@@ -70,10 +70,14 @@ class VLLMServer:
 
     # ----- what a notebook uses -------------------------------------------------------
     @property
+    def client_host(self) -> str:
+        """The address clients on this machine connect to (a wildcard bind is reached on loopback)."""
+        return "127.0.0.1" if self.config.host in ("0.0.0.0", "::") else self.config.host
+
+    @property
     def url(self) -> str:
         """The server's root URL, e.g. ``http://127.0.0.1:8000``."""
-        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "::") else self.config.host
-        return f"http://{host}:{self.port}"
+        return f"http://{self.client_host}:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -230,8 +234,7 @@ class VLLMServer:
     def _port_held_by_another_process(self) -> bool:
         """True when something listens on our port and it is not our server."""
         try:
-            socket.create_connection(("127.0.0.1" if self.config.host in ("0.0.0.0", "::") else self.config.host,
-                                      self.port), timeout=1).close()
+            socket.create_connection((self.client_host, self.port), timeout=1).close()
         except OSError:
             return False
         return not self._owns_port()
@@ -316,13 +319,12 @@ def _check_device_options(config: ServerConfig, device: Device) -> None:
 def _check_memory(config: ServerConfig, device: Device) -> None:
     if device != "cpu":
         return  # vLLM measures GPU memory itself and says so clearly
-    from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB
-
-    wanted = (config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB) + SERVER_RSS_GIB
+    kv_gib = config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB
+    wanted = kv_gib + SERVER_RSS_GIB
     available = psutil.virtual_memory().available / 2**30
     if wanted > available:
         raise NotEnoughMemoryError(
-            f"A {config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB:g} GiB KV cache plus about "
+            f"A {kv_gib:g} GiB KV cache plus about "
             f"{SERVER_RSS_GIB:g} GiB for the server needs {wanted:.1f} GiB, but only "
             f"{available:.1f} GiB of memory is free. Lower kv_cache_space_gib, or stop other "
             "servers (helpers.server.running_servers() lists this kernel's)."
