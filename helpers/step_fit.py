@@ -5,11 +5,18 @@ overhead + per-prompt-token cost + per-decoding-sequence cost. Three small, boun
 on a running server give it numbers:
 
 - decode: `batch_size` requests sent together, each generating `output_len` tokens after a
-  256-token prompt; the median request's steps per second (first to last token, so its
-  prefill is left out) times the batch size is the batch's output tok/s
-  (`StepMeasurement.decode`). Batch size 1 is the single-request speed.
+  256-token prompt; a request's steps per second (first to last token, so its prefill is
+  left out) times the batch size is the batch's output tok/s (`StepMeasurement.decode`).
+  Batch size 1 is the single-request speed.
 - prefill: one prompt of `prefill_len` tokens alone, one output token; its time to first
   token is one prefill step (`StepMeasurement.prefill`).
+
+Both are read on the server's own clock where it publishes one: the growth of vLLM's
+histograms `vllm:request_decode_time_seconds` (first token to last, per request) and
+`vllm:time_to_first_token_seconds` across the measurement, from `/metrics`. The client's
+clock is the fallback. Why: when the client's process is starved of CPU for a moment (the
+server's threads hold every core), streamed tokens queue up and arrive in one clump, and
+a rate timed from the client can come out a hundred times too fast.
 
 Prompts are random token ids (sent as a list of ints to `/v1/completions`), so every
 prompt has exactly the length asked for, no chat template adds to it, and no two requests
@@ -48,6 +55,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from helpers.batching_trace import Request
+from helpers.metrics import scrape
 from helpers.paths import build_dir
 from helpers.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
 
@@ -164,6 +172,7 @@ class StepFitData:
     measurements: list[StepMeasurement]  # one per setting: median over repeats
     records: dict[str, list[TimedRequest]] = field(repr=False)  # label -> every request sent for it
     seconds: float = 0.0  # wall time of all measuring
+    clock: str = "client"  # whose clock timed decode and prefill: "server" (/metrics) or "client"
 
     def fit(self, base: StepTimeModel | None = None) -> StepTimeModel:
         return fit_step_time_model(self.measurements, base)
@@ -189,6 +198,38 @@ def decode_tok_s(records: Sequence[TimedRequest]) -> float:
         errors = [r.error for r in records if r.error]
         raise RuntimeError(f"a decode measurement request failed: {errors[:1] or 'no tokens came back'}")
     return len(records) * statistics.median(rates)
+
+
+_SERVER_TIMERS = ("request_decode_time_seconds", "time_to_first_token_seconds")
+
+
+async def _server_timer_totals(server: Any) -> dict[str, float] | None:
+    """Sums and counts of the server's per-request decode-time and TTFT histograms, or None
+    where there is no `/metrics` to read (a server object without a URL, a failed scrape)."""
+    if not hasattr(server, "url"):
+        return None
+    try:
+        values = (await asyncio.to_thread(scrape, server)).values
+    except OSError:
+        return None
+    return {f"{t}_{part}": values.get(f"{t}_{part}", 0.0) for t in _SERVER_TIMERS for part in ("sum", "count")}
+
+
+def server_mean_seconds(before: dict[str, float] | None, after: dict[str, float] | None, timer: str,
+                        expected_count: int) -> float | None:
+    """Mean of one server histogram over the requests observed between two readings, or None
+    unless exactly `expected_count` requests were observed (someone else's traffic, or none).
+
+    >>> before = {"request_decode_time_seconds_sum": 1.0, "request_decode_time_seconds_count": 2}
+    >>> after = {"request_decode_time_seconds_sum": 2.0, "request_decode_time_seconds_count": 4}
+    >>> server_mean_seconds(before, after, "request_decode_time_seconds", 2)
+    0.5
+    """
+    if before is None or after is None:
+        return None
+    count = after[f"{timer}_count"] - before[f"{timer}_count"]
+    total = after[f"{timer}_sum"] - before[f"{timer}_sum"]
+    return total / count if count == expected_count and total > 0 else None
 
 
 async def measure_step_times(
@@ -224,24 +265,33 @@ async def measure_step_times(
     ttfts: list[float] = []
     try:
         await send_one(client, model, random_prompt(prompt_len, rng), 4, "warm-up", began)
+        server_timed = True
         for rep in range(repeats):
             for b in batch_sizes:
+                before = await _server_timer_totals(server)
                 batch = await asyncio.gather(*(
                     send_one(client, model, random_prompt(prompt_len, rng), output_len, f"decode{b}-{rep}-{i}", began)
                     for i in range(b)
                 ))
                 records.setdefault(f"decode x{b}", []).extend(batch)
-                decode_rates[b].append(decode_tok_s(batch))
+                client_rate = decode_tok_s(batch)  # raises if a request failed
+                decode_s = server_mean_seconds(before, await _server_timer_totals(server),
+                                               "request_decode_time_seconds", b)
+                server_timed &= decode_s is not None
+                decode_rates[b].append(client_rate if decode_s is None else b * (output_len - 1) / decode_s)
+            before = await _server_timer_totals(server)
             single = await send_one(client, model, random_prompt(prefill_len, rng), 1, f"prefill-{rep}", began)
             records.setdefault(f"prefill {prefill_len} tokens", []).append(single)
             if single.ttft_s is None:
                 raise RuntimeError(f"the prefill measurement request failed: {single.error}")
-            ttfts.append(single.ttft_s)
+            ttft_s = server_mean_seconds(before, await _server_timer_totals(server), "time_to_first_token_seconds", 1)
+            server_timed &= ttft_s is not None
+            ttfts.append(single.ttft_s if ttft_s is None else ttft_s)
     finally:
         await client.close()
     measurements = [StepMeasurement.decode(b, statistics.median(decode_rates[b])) for b in batch_sizes]
     measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(ttfts)))
-    return StepFitData(measurements, records, time.monotonic() - began)
+    return StepFitData(measurements, records, time.monotonic() - began, "server" if server_timed else "client")
 
 
 def model_table(models: dict[str, StepTimeModel]) -> str:

@@ -20,6 +20,7 @@ from helpers.step_fit import (
     finish_moments,
     load_prediction,
     measure_step_times,
+    server_mean_seconds,
     model_table,
     plot_request_timeline,
     prediction_record,
@@ -135,6 +136,15 @@ def test_measure_step_times_gives_one_measurement_per_batch_size_and_a_prefill()
     sizes = sorted(call["max_tokens"] for call in fake.calls)
     assert sizes.count(6) == 6 and sizes.count(1) == 2  # plus one warm-up of 4 tokens
     assert "decode x2" in data.table()
+    assert data.clock == "client"  # a server without /metrics: timed on the client
+
+
+def test_server_timing_is_used_only_when_exactly_the_measured_requests_were_observed():
+    before = {"time_to_first_token_seconds_sum": 3.0, "time_to_first_token_seconds_count": 5}
+    after = {"time_to_first_token_seconds_sum": 3.4, "time_to_first_token_seconds_count": 6}
+    assert server_mean_seconds(before, after, "time_to_first_token_seconds", 1) == pytest.approx(0.4)
+    assert server_mean_seconds(before, after, "time_to_first_token_seconds", 2) is None  # someone else's traffic
+    assert server_mean_seconds(None, after, "time_to_first_token_seconds", 1) is None  # no /metrics
 
 
 def test_measure_step_times_refuses_batches_larger_than_the_servers_cap():
@@ -182,6 +192,7 @@ def test_measuring_the_real_server_gives_a_positive_fitted_model():
         data = asyncio.run(measure_step_times(server, batch_sizes=(1, 2), output_len=12, prefill_len=256,
                                               repeats=1))
     assert all(r.ok for rs in data.records.values() for r in rs)
+    assert data.clock == "server"
     fit = data.fit()
     assert fit.overhead_s + fit.decode_seq_s > 0 and fit.prefill_token_s > 0
     assert 1 < fit.decode_tok_s(1) < 1000  # tok/s: a 135M model on a CPU
