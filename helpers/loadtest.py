@@ -340,7 +340,7 @@ class Endpoint:
 
     url: str  # root URL, e.g. http://127.0.0.1:8000
     model_name: str
-    api_key: str = "not-needed"
+    api_key: str = field(default="not-needed", repr=False)  # a shared server's key must not show in a notebook
 
     @property
     def base_url(self) -> str:
