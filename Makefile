@@ -1,16 +1,19 @@
 # The two commands of the README, and their pieces. Each sets up what it needs first.
 PY := .venv/bin/python
 
-.PHONY: course test setup unit notebooks clean
+.PHONY: course test setup browser unit notebooks clean
 
 course: setup            ## run every notebook and lab headless; results under build/
 	$(PY) scripts/run_course.py
 
-test: setup              ## unit tests + every notebook validated against the real server
+test: setup browser      ## unit tests + every notebook validated against the real server (and in a browser)
 	$(PY) -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v
 
 setup:                   ## .venv with the right vLLM build and the embedded model
 	bash scripts/setup.sh
+
+browser: setup           ## Debian's chromium + playwright, for tests/test_browser_widgets.py
+	bash scripts/setup_browser.sh
 
 unit: setup              ## only the tests/ folder
 	$(PY) -m pytest tests -v
