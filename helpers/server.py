@@ -41,10 +41,10 @@ from typing import Any
 import psutil
 
 from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError, ServerStartError, StartupTimeoutError
-from helpers.hardware import Device, detect_device
+from helpers.hardware import Device, detect_device, detect_gpus
 from helpers.model import resolve_model
 from helpers.paths import COURSE_ROOT, build_dir
-from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch
+from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch, gpu_dtype
 from helpers.server_log import Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, tail
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
@@ -61,6 +61,7 @@ class VLLMServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.device: Device | None = None
         self.model_name: str | None = None  # what clients send as ``model=``
+        self.model_source: str | None = None  # "embedded", "local", "hub" or "dummy" (random weights)
         self.port: int | None = None
         self.log_path: Path | None = None
         self.launch: Launch | None = None
@@ -135,11 +136,22 @@ class VLLMServer:
         _check_device_options(self.config, self.device)
         _check_memory(self.config, self.device)
         choice = resolve_model(self.config.model)
+        if choice.source == "dummy" and self.device == "cpu":
+            raise NoGPUError(
+                f"{choice.served_name} is an 8-billion-parameter architecture with random weights, "
+                "meant for GPU throughput labs: it needs about 14 GiB for its weights and a GPU to "
+                "run at a useful speed. On this CPU, use the embedded model (unset VLLM_COURSE_MODEL)."
+            )
+        if self.device == "cuda" and self.config.dtype is None and (dtype := gpu_dtype(detect_gpus())):
+            say(f"this GPU has no bf16 (compute capability below 8.0): serving in float16 (--dtype {dtype})")
+            self.config = replace(self.config, dtype=dtype)
         self.model_name = choice.served_name
+        self.model_source = choice.source
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self.port = _choose_port(self.config)
             self.launch = build_launch(replace(self.config, port=self.port), device=self.device,
-                                       model=choice.model, served_name=choice.served_name)
+                                       model=choice.model, served_name=choice.served_name,
+                                       load_format=choice.load_format)
             self.log_path = _new_log_path(self.config.log_dir, self.port)
             say(f"starting vLLM on {self.device.upper()}: {' '.join(self.launch.display_command())}")
             say(f"log: {self.log_path}")

@@ -25,11 +25,12 @@ import ipaddress
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.errors import ConfigError
-from helpers.hardware import Device
+from helpers.hardware import Device, GPUInfo
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
 LOOPBACK = "127.0.0.1"
@@ -107,8 +108,13 @@ class Launch:
         return " \\\n    ".join(lines)
 
 
-def build_launch(config: ServerConfig, *, device: Device, model: str, served_name: str) -> Launch:
-    """Turn a validated config into vLLM's command line for the given device."""
+def build_launch(
+    config: ServerConfig, *, device: Device, model: str, served_name: str, load_format: str | None = None
+) -> Launch:
+    """Turn a validated config into vLLM's command line for the given device.
+
+    ``load_format="dummy"`` serves random weights from a config-only folder (helpers.dummy_model).
+    """
     if config.port is None:
         raise ConfigError("build_launch needs a concrete port; VLLMServer picks one.")
     argv = [
@@ -119,6 +125,8 @@ def build_launch(config: ServerConfig, *, device: Device, model: str, served_nam
         "--port", str(config.port),
         "--max-model-len", str(config.max_model_len),
     ]
+    if load_format is not None:
+        argv += ["--load-format", load_format]
     env: dict[str, str] = {}
     kv_gib = config.kv_cache_space_gib
     if device == "cpu":
@@ -150,6 +158,19 @@ def build_launch(config: ServerConfig, *, device: Device, model: str, served_nam
         # Through the environment, not argv: argv is visible to every user in `ps`.
         env["VLLM_API_KEY"] = config.api_key
     return Launch(argv, env)
+
+
+def gpu_dtype(gpus: Sequence[GPUInfo]) -> str | None:
+    """The ``--dtype`` these GPUs need, or None to keep vLLM's "auto" (the checkpoint's bf16).
+
+    GPUs before compute capability 8.0 (a Colab T4 is 7.5) have no bf16 arithmetic, and vLLM
+    refuses a bf16 model there: serve it in float16 instead.
+
+    >>> t4 = GPUInfo("Tesla T4", 15360, (7, 5))
+    >>> gpu_dtype([t4]), gpu_dtype([GPUInfo("NVIDIA H200", 143771, (9, 0))])
+    ('half', None)
+    """
+    return "half" if any(not gpu.supports_bf16 for gpu in gpus) else None
 
 
 def _check_positive_int(name: str, value: object) -> None:

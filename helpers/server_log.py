@@ -126,20 +126,25 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
 
     The log line ("CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens per
     request: 45.50x") exists in every version the course supports; the metric labels add the
-    block size and block count.
+    block size and block count; the pool's bytes come from the metric where it has them,
+    else from the GPU worker's "Available KV cache memory: 113.66 GiB" line.
     """
     size = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
     concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
     if not size or not concurrency:
         return None
     info = cache_info or {}
+    memory = _optional_int(info.get("kv_cache_memory_bytes"))
+    available = re.search(r"Available KV cache memory: ([\d.]+) GiB", log_text)
+    if memory is None and available:  # the GPU worker's line, rounded to 0.01 GiB
+        memory = round(float(available.group(1)) * 2**30)
     return KVCacheReport(
         num_tokens=_int(size.group(1)),
         num_blocks=_optional_int(info.get("num_gpu_blocks")),
         block_size=_optional_int(info.get("block_size")),
         max_model_len=_int(concurrency.group(1)),
         max_concurrency=float(concurrency.group(2)),
-        memory_bytes=_optional_int(info.get("kv_cache_memory_bytes")),
+        memory_bytes=memory,
     )
 
 

@@ -2,7 +2,9 @@
 
 Executed copies land in build/executed/, with build/executed/timings.json. Each notebook
 runs in a fresh kernel, from its own folder, exactly as a learner would run it.
-Usage: python scripts/run_course.py [NOTEBOOK ...]
+Usage: python scripts/run_course.py [--out DIR] [NOTEBOOK ...]
+  --out DIR   where executed copies and timings.json go (default build/executed), e.g. to keep
+              a GPU run or a run on another model beside the CPU one
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def course_notebooks() -> list[Path]:
     return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
 
 
-def run(path: Path) -> float:
+def run(path: Path, out: Path) -> float:
     notebook = nbformat.read(path, as_version=4)
     began = time.monotonic()
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
@@ -33,26 +35,32 @@ def run(path: Path) -> float:
     try:
         client.execute()
     finally:
-        OUT.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, OUT / path.name)
+        out.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, out / path.name)
     return time.monotonic() - began
 
 
 def main(args: list[str]) -> int:
+    out = OUT
+    if args[:1] == ["--out"]:
+        if len(args) < 2:
+            print("error: --out needs a folder", file=sys.stderr)
+            return 2
+        out, args = Path(args[1]).resolve(), args[2:]
     paths = [Path(arg).resolve() for arg in args] or course_notebooks()
     timings: dict[str, float] = {}
     failed: list[str] = []
     for index, path in enumerate(paths, 1):
         print(f"[{index}/{len(paths)}] {path.relative_to(ROOT)} ...", flush=True)
         try:
-            timings[path.name] = round(run(path), 1)
+            timings[path.name] = round(run(path, out), 1)
             print(f"    done in {timings[path.name]:.0f} s", flush=True)
         except CellExecutionError as error:
             failed.append(path.name)
             print(f"    FAILED: {str(error).splitlines()[-1] if str(error) else error}", flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    print(f"\nexecuted notebooks: {OUT.relative_to(ROOT)}/  total {sum(timings.values()):.0f} s")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    print(f"\nexecuted notebooks: {out}/  total {sum(timings.values()):.0f} s")
     if failed:
         print(f"FAILED: {', '.join(failed)} (the executed copies show the failing cell)", file=sys.stderr)
         return 1

@@ -53,6 +53,24 @@ def test_kv_cache_report_combines_log_line_and_metric_labels():
     assert report.memory_bytes == 2 * 2**30
 
 
+def test_kv_cache_report_of_a_gpu_server_takes_the_pool_bytes_from_the_workers_line():
+    # Logs of vLLM 0.26.0 on an H200 (SmolLM2, and the 8B dummy architecture), start-up only.
+    labels = {"num_gpu_blocks": "372682", "block_size": "16"}
+    report = parse_kv_cache_report((LOGS / "ready_gpu.log").read_text(), labels)
+    assert report is not None and report.num_tokens == 5_962_912 == report.num_blocks * report.block_size
+    dummy = parse_kv_cache_report((LOGS / "ready_gpu_dummy_8b.log").read_text())
+    assert dummy is not None and (dummy.num_tokens, dummy.max_concurrency) == (931_104, 454.64)
+    assert dummy.memory_bytes == round(113.66 * 2**30)
+    # 128 KiB per token for 32 layers x 8 KV heads x 128 dims x (K and V) x 2 bytes
+    assert round(dummy.memory_bytes / dummy.num_tokens / 1024) == 128
+
+
+def test_gpu_start_up_milestones_include_compilation_and_cuda_graphs():
+    text = (LOGS / "ready_gpu_dummy_8b.log").read_text()
+    labels = [label for line in text.splitlines() if (label := milestone(line))]
+    assert "compiling the model (torch.compile)" in labels and "CUDA graphs captured" in labels
+
+
 def test_kv_cache_report_is_none_before_the_engine_profiled_memory():
     assert parse_kv_cache_report("INFO Starting to load model\n") is None
 

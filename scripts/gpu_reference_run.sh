@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Executes the course on a GPU machine where vLLM is already importable but `make setup` cannot
+# run (no network), e.g. the lent H200, and leaves executed notebooks and lab results under
+# build/gpu/. The notebooks run through scripts/run_course.py: the same code path as `make course`.
+#   SMOLLM2_DIR=/tmp/smollm2   an already converted embedded model (skips the conversion)
+#   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order
+# On a normal GPU machine use `make course` instead, and
+# `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+export VLLM_COURSE_CACHE=${VLLM_COURSE_CACHE:-/tmp/vllm-course-cache}
+
+if [[ -n ${SMOLLM2_DIR:-} ]]; then
+    # Present the converted checkpoint as the course's prepared embedded model.
+    mkdir -p "$VLLM_COURSE_CACHE"
+    ln -sfn "$SMOLLM2_DIR" "$VLLM_COURSE_CACHE/SmolLM2-135M-Instruct"
+    echo '{"from": "converted elsewhere from the same GGUF"}' > "$SMOLLM2_DIR/.course-complete.json"
+fi
+"$PY" -m helpers.model || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
+
+for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
+    echo "=== $step $(date -u +%T)"
+    case $step in
+        lab-smollm2) "$PY" scripts/run_course.py --out build/gpu/smollm2 labs/01_concurrency_lab.ipynb ;;
+        lab-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
+            "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
+        notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb ;;
+        *) "$PY" scripts/run_course.py --out build/gpu/notebooks "$step" ;;
+    esac
+done
+echo "=== done $(date -u +%T)"

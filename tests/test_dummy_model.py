@@ -1,0 +1,90 @@
+"""The 8B-shaped model with random weights, and the GPU-only choices around it (dtype on a T4)."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from helpers.dummy_model import ARCHITECTURES, parse_dummy_name, prepare_dummy_model
+from helpers.errors import ModelNotAvailableError, NoGPUError
+from helpers.hardware import GPUInfo
+from helpers.kv_math import kv_bytes_per_token, load_config
+from helpers.model import prepare_embedded_model, resolve_model
+from helpers.server_config import ServerConfig, build_launch, gpu_dtype
+
+
+@pytest.fixture(scope="module")
+def embedded_dir():
+    return prepare_embedded_model()  # converted by `make setup`
+
+
+def test_names_are_recognised_case_insensitively_and_nothing_else_is():
+    assert parse_dummy_name(" Dummy:Llama-3.1-8B ") == "llama-3.1-8b"
+    assert parse_dummy_name("meta-llama/Meta-Llama-3.1-8B-Instruct") is None
+    assert parse_dummy_name("embedded") is None
+
+
+def test_the_folder_has_llama_3_1_8b_shapes_and_the_embedded_tokenizer(embedded_dir, tmp_path):
+    folder = prepare_dummy_model("llama-3.1-8b", embedded_dir, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert (config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]) == (32, 4096, 14336)
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (32, 8)
+    assert config["vocab_size"] == json.loads((embedded_dir / "config.json").read_text())["vocab_size"]
+    assert not list(folder.glob("*.safetensors"))  # no weights: vLLM makes random ones
+    assert (folder / "tokenizer.json").read_bytes() == (embedded_dir / "tokenizer.json").read_bytes()
+    # what the KV-cache lessons compute for it: 32 layers x 8 heads x 128 dims x K,V x 2 bytes
+    assert kv_bytes_per_token(load_config(folder)) == 131_072
+
+
+def test_the_config_loads_in_transformers_with_llama3_rope(embedded_dir, tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    folder = prepare_dummy_model("llama-3.1-8b", embedded_dir, tmp_path)
+    config = AutoConfig.from_pretrained(folder)
+    rope = getattr(config, "rope_parameters", None) or config.rope_scaling
+    assert rope["rope_type"] == "llama3" and rope["factor"] == 8.0
+    assert AutoTokenizer.from_pretrained(folder).chat_template
+
+
+def test_prepared_once_then_reused(embedded_dir, tmp_path):
+    first = prepare_dummy_model("llama-3.1-8b", embedded_dir, tmp_path)
+    stamp = os.stat(first / "config.json").st_mtime_ns
+    assert prepare_dummy_model("llama-3.1-8b", embedded_dir, tmp_path) == first
+    assert os.stat(first / "config.json").st_mtime_ns == stamp
+
+
+def test_an_unknown_architecture_lists_the_known_ones(embedded_dir, tmp_path):
+    with pytest.raises(ModelNotAvailableError, match="dummy:llama-3.1-8b"):
+        prepare_dummy_model("gpt-5", embedded_dir, tmp_path)
+    assert list(ARCHITECTURES) == ["llama-3.1-8b"]
+
+
+def test_resolve_model_serves_it_with_the_dummy_load_format(monkeypatch, tmp_path, embedded_dir):
+    shutil.copytree(embedded_dir, tmp_path / embedded_dir.name)  # a cache with the embedded model ready
+    monkeypatch.setenv("VLLM_COURSE_MODEL", "dummy:llama-3.1-8b")
+    choice = resolve_model(cache_dir=tmp_path)
+    assert (choice.served_name, choice.source, choice.load_format) == ("dummy-llama-3.1-8b", "dummy", "dummy")
+    launch = build_launch(ServerConfig(port=8000), device="cuda", model=choice.model,
+                          served_name=choice.served_name, load_format=choice.load_format)
+    assert launch.argv[launch.argv.index("--load-format") + 1] == "dummy"
+    assert resolve_model("embedded", cache_dir=tmp_path).load_format is None
+
+
+def test_starting_it_on_a_cpu_is_refused_before_anything_launches(monkeypatch):
+    from helpers.server import VLLMServer
+
+    monkeypatch.setenv("VLLM_COURSE_FORCE_CPU", "1")
+    server = VLLMServer(model="dummy:llama-3.1-8b")
+    with pytest.raises(NoGPUError, match="needs a GPU|GPU throughput labs"):
+        server.start(quiet=True)
+    assert server.process is None
+
+
+def test_a_t4_gets_float16_and_ampere_or_newer_keeps_bf16():
+    t4 = GPUInfo("Tesla T4", 15360, (7, 5))
+    a100 = GPUInfo("NVIDIA A100-SXM4-40GB", 40960, (8, 0))
+    assert gpu_dtype([t4]) == "half"
+    assert gpu_dtype([a100]) is None and gpu_dtype([]) is None
+    assert gpu_dtype([a100, t4]) == "half"  # the weakest GPU decides
