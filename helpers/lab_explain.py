@@ -125,12 +125,18 @@ def explain_runs(runs: Sequence[Any], low_seqs: int | None = None, high_seqs: in
         pooled[seqs] = {"max_num_seqs": seqs, **pool_summaries([summarize(r.records) for r in groups[seqs]])}
     reference = groups[high_seqs][0]
     tokens = [(r.prompt_tokens or 0) + (r.output_tokens or 0) for r in reference.records if r.ok]
-    return explain(
+    explanation = explain(
         pooled[low_seqs], pooled[high_seqs],
         device=reference.server.get("device"), kv_cache=reference.server.get("kv_cache"),
         request_kv_tokens=tokens, max_model_len=reference.server.get("max_model_len"),
         cpu_count=_cores(reference.hardware),
     )
+    from helpers.results import random_weights_note  # here: results imports the load tester
+
+    note = random_weights_note(runs)
+    if note is not None:
+        explanation.findings.insert(0, Finding("the model", note))
+    return explanation
 
 
 # ----- the findings ----------------------------------------------------------------------------

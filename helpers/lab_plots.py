@@ -31,6 +31,18 @@ GENERATE_COLOR = "#3d5a80"  # first token -> last token: decoding
 ERROR_COLOR = "#d62828"
 
 
+def _mark_random_weights(fig: plt.Figure, runs: Sequence[Any]) -> None:
+    """Lay the figure out, with a red footnote when the runs were served with random weights."""
+    from helpers.results import random_weights_note  # here: results imports the load tester
+
+    note = random_weights_note(runs)
+    if note is None:
+        fig.tight_layout()
+        return
+    fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color=ERROR_COLOR, wrap=True)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+
+
 def setting_colors(settings: Sequence[Any]) -> dict[Any, Any]:
     cmap = plt.get_cmap("viridis")
     return {s: cmap(0.15 + 0.7 * i / max(1, len(settings) - 1)) for i, s in enumerate(settings)}
@@ -70,7 +82,7 @@ def plot_latency_cdf(groups: dict[int, Sequence[Any]]) -> plt.Figure:
         a, b = settings[0], settings[-1]
         fig.suptitle(f"All runs' requests together: p95 latency {p95[(a, 'e2e_s')]:.1f} s at max_num_seqs={a} vs "
                      f"{p95[(b, 'e2e_s')]:.1f} s at {b}; p95 TTFT {p95[(a, 'ttft_s')]:.1f} s vs {p95[(b, 'ttft_s')]:.1f} s")
-    fig.tight_layout()
+    _mark_random_weights(fig, [run for runs in groups.values() for run in runs])
     return fig
 
 
@@ -106,7 +118,7 @@ def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Seque
         a, b = settings[0], settings[-1]
         ax.set_title(f"max_num_seqs={b} gave {means[b] / means[a]:.2f}x the throughput of {a} "
                      f"(ideal: {b / a:g}x)\nbars: mean of the runs, whiskers: their range")
-    fig.tight_layout()
+    _mark_random_weights(fig, [run for runs in groups.values() for run in runs])
     return fig
 
 
@@ -138,7 +150,7 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
     if len(settings) >= 2 and None not in (waits[settings[0]], waits[settings[-1]]):
         a, b = settings[0], settings[-1]
         fig.suptitle(f"The longest wait for a first token: {waits[a]:.1f} s at max_num_seqs={a}, {waits[b]:.1f} s at {b}")
-    fig.tight_layout()
+    _mark_random_weights(fig, list(runs.values()))
     return fig
 
 

@@ -100,6 +100,26 @@ def load_runs(where: Path | str | Iterable[Path | str]) -> list[LoadTestRun]:
     return sorted(runs, key=lambda run: run.started_at)
 
 
+def load_reference_runs(device: str, model: str | None = None) -> list[LoadTestRun]:
+    """The committed reference runs for a device (``"cpu"``; ``"cuda"`` reads ``results/gpu/``),
+    only those of the served model ``model`` when given; empty where there are none."""
+    folder = REFERENCE_DIR / ("gpu" if device == "cuda" else device)
+    runs = load_runs(folder) if folder.is_dir() else []
+    return [run for run in runs if model is None or run.server.get("model") == model]
+
+
+def random_weights_note(runs: Sequence[LoadTestRun]) -> str | None:
+    """A warning for runs served with random weights (``dummy:...``), else None.
+
+    >>> random_weights_note([])
+    """
+    models = sorted({run.server.get("model") for run in runs if run.server.get("model_source") == "dummy"})
+    if not models:
+        return None
+    return (f"{', '.join(map(str, models))}: random weights in a real architecture. Speeds and memory are the real "
+            "model's; its text is meaningless, so every request has a fixed output length.")
+
+
 def group_by_setting(runs: Sequence[LoadTestRun]) -> dict[int | None, list[LoadTestRun]]:
     """Runs keyed by the server's ``max_num_seqs``, in increasing order."""
     groups: dict[int | None, list[LoadTestRun]] = {}

@@ -67,3 +67,33 @@ def test_table_rows_per_run_and_pooled_per_setting():
     assert pooled[0]["num_runs"] == 2 and pooled[0]["num_errors"] == 2
     table = format_table(pooled)
     assert table.splitlines()[0].startswith("| max_num_seqs | run | wall_s |") and len(table.splitlines()) == 4
+
+
+def test_committed_reference_runs_are_found_per_device_and_model():
+    from helpers.results import load_reference_runs
+
+    cpu = load_reference_runs("cpu", "smollm2")
+    assert cpu and {run.server["device"] for run in cpu} == {"cpu"}
+    gpu = load_reference_runs("cuda", "smollm2")  # results/gpu/, measured on an H200
+    assert {run.max_num_seqs for run in gpu} == {8, 64} and {run.server["model"] for run in gpu} == {"smollm2"}
+    dummy = load_reference_runs("cuda", "dummy-llama-3.1-8b")
+    assert len(dummy) == 4 and all(run.server["model_source"] == "dummy" for run in dummy)
+    assert load_reference_runs("cpu", "some-other-model") == []
+
+
+def test_runs_on_random_weights_are_marked_in_notes_plots_and_explanations():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.lab_explain import explain_runs
+    from helpers.lab_plots import plot_throughput
+    from helpers.results import load_reference_runs, random_weights_note
+
+    dummy = load_reference_runs("cuda", "dummy-llama-3.1-8b")
+    note = random_weights_note(dummy)
+    assert note and "dummy-llama-3.1-8b" in note and "random weights" in note
+    assert random_weights_note(load_reference_runs("cuda", "smollm2")) is None
+    fig = plot_throughput(group_by_setting(dummy))
+    assert any("random weights" in text.get_text() for text in fig.texts)
+    assert explain_runs(dummy).findings[0].effect == "the model"
+    assert explain_runs(load_reference_runs("cuda", "smollm2")).findings[0].effect != "the model"
