@@ -128,6 +128,7 @@ class RequestSpec:
     prompt: str  # the user message
     prompt_tokens: int  # tokens of `prompt` alone (the chat template adds ~30 more on SmolLM2)
     max_tokens: int  # output tokens; exact, because ignore_eos is sent
+    system: str | None = None  # a system message sent before the user message (None: none)
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ async def _stream(client: Any, model: str, spec: RequestSpec, arrivals: list[flo
     # with_streaming_response: the raw HTTP stream, without building a typed object per chunk.
     async with client.chat.completions.with_streaming_response.create(
         model=model,
-        messages=[{"role": "user", "content": spec.prompt}],
+        messages=_messages(spec),
         max_tokens=spec.max_tokens,
         temperature=0.0,
         stream=True,
@@ -278,6 +279,11 @@ async def _stream(client: Any, model: str, spec: RequestSpec, arrivals: list[flo
         async for chunk in response.iter_bytes():
             arrivals.append(time.perf_counter())  # the hot loop: a timestamp and a reference, nothing else
             chunks.append(chunk)
+
+
+def _messages(spec: RequestSpec) -> list[dict[str, str]]:
+    user = {"role": "user", "content": spec.prompt}
+    return [{"role": "system", "content": spec.system}, user] if spec.system is not None else [user]
 
 
 def _fill_from_stream(record: RequestRecord, sent: float, arrivals: list[float], chunks: list[bytes]) -> None:
