@@ -1,0 +1,483 @@
+"""Throughput tuning: change one server setting, load-test before and after, say what changed.
+
+The pieces the tuning notebook needs on top of the load tester (:mod:`helpers.loadtest`) and
+the ``/metrics`` reader (:mod:`helpers.metrics`):
+
+- :func:`measure`: one load test while ``/metrics`` is polled, kept as a :class:`Measurement`
+  with the server's KV-cache report, the engine's counters for the run (preemptions, prefix
+  cache queries and hits) and the client's summary;
+- :func:`shared_prefix_workload`: many requests behind one long system prompt, the traffic
+  that prefix caching exists for;
+- :func:`compare`: two measurements as ratios, and :func:`describe_change`, a sentence built
+  from them that calls a change smaller than the run-to-run noise what it is;
+- arithmetic for quantization: parameters from a model's config (:func:`count_parameters`,
+  checked against the checkpoint by :func:`checkpoint_parameters`) and how many KV tokens a
+  memory budget leaves at each number of bytes per weight (:func:`memory_rows`).
+
+Drawings are in :mod:`helpers.tuning_plots`. Taught in ``notebooks/05_throughput_tuning.ipynb``.
+
+Leaves out: repetitions (each setting is measured once, so the notebook stays within minutes;
+the lab shows how far repetitions differ), arrival processes other than "all at once".
+
+Example::
+
+    >>> config = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30,
+    ...           "num_attention_heads": 9, "num_key_value_heads": 3,
+    ...           "intermediate_size": 1536, "tie_word_embeddings": True}
+    >>> count_parameters(config)   # SmolLM2-135M
+    134515008
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from helpers.kv_math import kv_bytes_per_token
+from helpers.loadtest import (
+    DEFAULT_TIMEOUT_S,
+    LoadTestRun,
+    RequestSpec,
+    ServerTokenizer,
+    Workload,
+    _corpus_ids,
+    _prompt_of_exact_length,
+    run_load_test,
+)
+from helpers.metrics import MetricsSample, MetricsSummary, counter_delta, summarize_samples, watch
+
+# Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
+# same setting (lab repetitions, docs of the CPU build): a smaller change is not a finding.
+NOISE = 0.25
+GIB = 2**30
+
+
+# ----- one measurement ------------------------------------------------------------------------------
+@dataclass
+class Measurement:
+    """One load test of one server setting, with what the engine itself counted meanwhile."""
+
+    lever: str  # which setting this run varies, e.g. "KV pool"
+    setting: str  # its value, for tables and legends, e.g. "0.05 GiB"
+    run: LoadTestRun
+    samples: list[MetricsSample] = field(repr=False)  # /metrics polled during the run
+    max_num_seqs: int | None = None  # the server's cap (None: vLLM's default)
+    other_servers: int = 0  # other vLLM servers seen on this machine when the run started or ended
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The client's numbers: throughput, latency percentiles (see helpers.loadtest_metrics)."""
+        return self.run.summary()
+
+    @property
+    def engine(self) -> MetricsSummary:
+        """The engine's numbers: peak running / waiting, KV usage, preemptions during the run."""
+        return summarize_samples(self.samples, self.max_num_seqs)
+
+    @property
+    def kv_cache(self) -> dict[str, Any] | None:
+        """The KV pool the server reported at start-up (tokens, blocks, maximum concurrency)."""
+        return self.run.server.get("kv_cache")
+
+    @property
+    def num_preemptions(self) -> int:
+        return int(counter_delta(self.samples, "num_preemptions"))
+
+    @property
+    def prefix_cache_queries(self) -> int:
+        """Prompt tokens the engine looked up in its prefix cache during the run."""
+        return int(counter_delta(self.samples, "prefix_cache_queries"))
+
+    @property
+    def prefix_cache_hits(self) -> int:
+        """Of those, tokens whose KV was found there (not computed again)."""
+        return int(counter_delta(self.samples, "prefix_cache_hits"))
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """hits / queries over the run; None when nothing was looked up (prefix caching off)."""
+        queries = self.prefix_cache_queries
+        return self.prefix_cache_hits / queries if queries else None
+
+    def as_setting(self, lever: str, setting: str) -> Measurement:
+        """The same run under another name, e.g. the baseline as the "64" of the max_num_seqs lever."""
+        return replace(self, lever=lever, setting=setting)
+
+    def row(self) -> dict[str, Any]:
+        """One flat row for tables: units in the names."""
+        s, kv = self.summary, self.kv_cache or {}
+        return {
+            "lever": self.lever, "setting": self.setting,
+            "kv_tokens": kv.get("num_tokens"), "max_concurrency": kv.get("max_concurrency"),
+            "output_tok_per_s": s["output_tok_per_s"], "requests_per_s": s["requests_per_s"],
+            "e2e_p50_s": s["e2e_p50_s"], "e2e_p95_s": s["e2e_p95_s"],
+            "ttft_p50_s": s["ttft_p50_s"], "ttft_p95_s": s["ttft_p95_s"],
+            "peak_running": self.engine.peak_running, "num_preemptions": self.num_preemptions,
+            "prefix_hit_rate": self.prefix_hit_rate, "num_errors": s["num_errors"], "wall_s": s["wall_s"],
+        }
+
+
+async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
+                  interval_s: float = 0.25, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  progress: bool = True) -> Measurement:
+    """Run ``workload`` against ``server`` (all requests at once) while polling ``/metrics``.
+
+    In a notebook: ``m = await measure(server, workload, lever="KV pool", setting="2 GiB")``.
+    Counters (preemptions, prefix-cache hits) are differences over the run, so a server can
+    serve several measurements in a row.
+    """
+    label = f"{lever}: {setting}"
+    others = other_vllm_servers(server)
+    run, samples = await watch(run_load_test(server, workload, label=label, timeout_s=timeout_s,
+                                             progress=progress), server, interval_s=interval_s)
+    others = max(others, other_vllm_servers(server))
+    if others and progress:
+        print(f"{label}: {others} other vLLM server(s) ran on this machine during the run; they share its CPU "
+              "(or GPU), so these numbers are less reliable than usual.")
+    return Measurement(lever, setting, run, samples, getattr(server.config, "max_num_seqs", None), others)
+
+
+def other_vllm_servers(server: Any = None) -> int:
+    """vLLM API servers running on this machine other than ``server``: on a shared machine each
+    one competes for the same cores, which distorts any timing (the tuning notebook flags it)."""
+    import psutil
+
+    own = getattr(getattr(server, "process", None), "pid", None)
+    count = 0
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["pid"] != own and "vllm.entrypoints.openai.api_server" in cmdline:
+            count += 1
+    return count
+
+
+def server_settings(base: Mapping[str, Any], *, extra_args: Sequence[str] = (), **changes: Any) -> dict[str, Any]:
+    """``base`` with ``changes`` applied, for ``start_server(**...)``; ``extra_args`` are appended
+    to the base's own, so a flag every server needs is never lost.
+
+    >>> server_settings({"max_num_seqs": 64, "extra_args": ("-a",)}, extra_args=("-b",), max_num_seqs=8)
+    {'max_num_seqs': 8, 'extra_args': ('-a', '-b')}
+    """
+    merged = {**base, **changes}
+    merged["extra_args"] = tuple(base.get("extra_args", ())) + tuple(extra_args)
+    return merged
+
+
+# ----- a shared system prompt -------------------------------------------------------------------------
+def shared_prefix_workload(
+    tokenizer: Any,
+    num_requests: int = 12,
+    system_tokens: int = 512,
+    question_tokens: int = 24,
+    output_tokens: int = 8,
+    seed: int = 0,
+    run_tag: str | None = None,
+) -> Workload:
+    """``num_requests`` chats that share one long system prompt and differ in the user message.
+
+    The system prompt has exactly ``system_tokens`` tokens and starts with ``run_tag``
+    (random by default): within a run every request shares it, but a second run gets a new
+    one, so its first request must compute it again and a rerun cannot inherit the first
+    run's cache. Each user message (``question_tokens`` tokens) opens with the tag and its own
+    index, so no two requests share more than the system prompt and the chat template.
+    ``tokenizer``: a :class:`~helpers.loadtest.Tokenizer` or a server (its own tokenizer).
+    """
+    if not hasattr(tokenizer, "encode"):
+        tokenizer = ServerTokenizer.of(tokenizer)
+    assert num_requests >= 1 and output_tokens >= 1 and system_tokens > 8, (num_requests, system_tokens)
+    tag = run_tag if run_tag is not None else uuid.uuid4().hex[:4]
+    corpus = _corpus_ids(tokenizer, max(system_tokens, question_tokens))
+    rng = random.Random(seed)
+    system = _prompt_of_exact_length(tokenizer, f"[{tag}] Answer questions about this text. ", corpus,
+                                     rng.randrange(0, len(corpus) - system_tokens), system_tokens)
+    requests = []
+    for index in range(num_requests):
+        question = _prompt_of_exact_length(tokenizer, f"({tag}/{index}) ", corpus,
+                                           rng.randrange(0, len(corpus) - question_tokens), question_tokens)
+        requests.append(RequestSpec(index, question, question_tokens, output_tokens, system=system))
+    return Workload(tuple(requests), (question_tokens,), output_tokens, seed, tag)
+
+
+def ideal_prefix_hits(num_requests: int, shared_tokens: int, block_size: int) -> int:
+    """Prompt tokens the prefix cache can serve when requests share their first ``shared_tokens``.
+
+    Only full blocks are shared, and the first request has nothing to reuse:
+    (num_requests - 1) x the shared tokens rounded down to whole blocks.
+
+    >>> ideal_prefix_hits(12, 560, 128)   # 4 full blocks of 128 shared by 11 later requests
+    5632
+    """
+    return max(0, num_requests - 1) * (shared_tokens // block_size) * block_size
+
+
+def shared_prefix_tokens(server: Any, workload: Workload) -> int:
+    """Tokens the first two requests of ``workload`` have in common once the server's chat
+    template is applied: the most any request can share with another (template, system
+    prompt, and the start of the user turn). Asks the server's ``/tokenize``."""
+    tokenizer = ServerTokenizer.of(server)
+    ids = []
+    for spec in workload.requests[:2]:
+        messages = [{"role": "system", "content": spec.system}] if spec.system is not None else []
+        body = {"model": server.model_name, "messages": messages + [{"role": "user", "content": spec.prompt}],
+                "add_generation_prompt": True}
+        ids.append(tokenizer._post("/tokenize", body)["tokens"])
+    if len(ids) < 2:
+        return 0
+    common = 0
+    for a, b in zip(*ids):
+        if a != b:
+            break
+        common += 1
+    return common
+
+
+def blocks_per_request(measurement: Measurement, block_size: int) -> list[int]:
+    """KV blocks each successful request held at its longest: prompt (with the chat template,
+    as the server counted it) plus every output token, in whole blocks."""
+    return [-(-((r.prompt_tokens or 0) + (r.output_tokens or 0)) // block_size)
+            for r in measurement.run.records if r.ok]
+
+
+def fit_in_pool(blocks: Sequence[int], num_blocks: int) -> int:
+    """How many requests, taken in order, hold their blocks at once in a pool of ``num_blocks``.
+
+    >>> fit_in_pool([1, 2, 3, 5, 1, 2, 3, 5], 18)   # 1+2+3+5+1+2+3 = 17 blocks; the next needs 5
+    7
+    """
+    used = count = 0
+    for need in blocks:
+        if used + need > num_blocks:
+            break
+        used, count = used + need, count + 1
+    return count
+
+
+# ----- before and after ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Change:
+    """``after`` relative to ``before``: ratios above 1 mean the number grew."""
+
+    before: str
+    after: str
+    throughput_ratio: float | None  # output tokens/s, after / before
+    e2e_p95_ratio: float | None
+    ttft_p50_ratio: float | None
+    ttft_p95_ratio: float | None
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return top / bottom if top is not None and bottom else None
+
+
+def compare(before: Measurement, after: Measurement) -> Change:
+    b, a = before.summary, after.summary
+    return Change(
+        before.setting, after.setting,
+        throughput_ratio=_ratio(a["output_tok_per_s"], b["output_tok_per_s"]),
+        e2e_p95_ratio=_ratio(a["e2e_p95_s"], b["e2e_p95_s"]),
+        ttft_p50_ratio=_ratio(a["ttft_p50_s"], b["ttft_p50_s"]),
+        ttft_p95_ratio=_ratio(a["ttft_p95_s"], b["ttft_p95_s"]),
+    )
+
+
+def describe_ratio(ratio: float | None, what: str, noise: float = NOISE) -> str:
+    """A ratio in words, treating a change smaller than ``noise`` as no finding.
+
+    >>> describe_ratio(1.8, "throughput"), describe_ratio(0.5, "p95 latency")
+    ('throughput 1.80x (up 80%)', 'p95 latency 0.50x (down 50%)')
+    >>> describe_ratio(1.1, "throughput")
+    'throughput 1.10x (within the run-to-run noise of about 25%)'
+    """
+    if ratio is None:
+        return f"{what}: not measured"
+    if abs(ratio - 1) < noise:
+        return f"{what} {ratio:.2f}x (within the run-to-run noise of about {noise:.0%})"
+    return f"{what} {ratio:.2f}x ({'up' if ratio > 1 else 'down'} {abs(ratio - 1):.0%})"
+
+
+def describe_change(before: Measurement, after: Measurement) -> str:
+    """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers."""
+    b, a, c = before.summary, after.summary, compare(before, after)
+    shared = before.other_servers or after.other_servers
+    caution = (" Another vLLM server shared the machine during these runs: the difference may be partly "
+               "theirs." if shared else "")
+    return (f"{before.lever} {before.setting} -> {after.setting}: "
+            f"{describe_ratio(c.throughput_ratio, 'throughput')} "
+            f"({b['output_tok_per_s']:.0f} -> {a['output_tok_per_s']:.0f} output tok/s), "
+            f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')} "
+            f"({b['e2e_p95_s']:.1f} -> {a['e2e_p95_s']:.1f} s), "
+            f"{describe_ratio(c.ttft_p50_ratio, 'median TTFT')} "
+            f"({b['ttft_p50_s']:.2f} -> {a['ttft_p50_s']:.2f} s).{caution}")
+
+
+# ----- quantization arithmetic ------------------------------------------------------------------------
+# Llama-3.1-8B's public shapes: the size class the seed's commands serve, for comparison.
+LLAMA_31_8B = {"vocab_size": 128256, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "intermediate_size": 14336, "tie_word_embeddings": False}
+BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}  # int4 leaves out its per-group scales
+
+
+def count_parameters(config: Mapping[str, Any]) -> int:
+    """Parameters of a Llama-style decoder from its config: embeddings, per layer attention
+    (q, k, v, o) + gated MLP (3 matrices) + 2 norms, the final norm, and the output head
+    unless it is tied to the embeddings. Leaves out biases (Llama has none).
+
+    >>> count_parameters(LLAMA_31_8B)
+    8030261248
+    """
+    config = config.get("text_config") or config
+    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    vocab, mlp = int(config["vocab_size"]), int(config["intermediate_size"])
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q and o, k and v
+    per_layer = attention + 3 * hidden * mlp + 2 * hidden
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return embeddings + layers * per_layer + hidden
+
+
+def checkpoint_parameters(model_dir: str | Path) -> int:
+    """Parameters actually stored in a folder's ``*.safetensors`` files, read from their headers
+    (a little-endian length, then JSON with every tensor's shape): no tensor is loaded."""
+    total = 0
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for name, tensor in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in tensor["shape"]:
+                    count *= dim
+                total += count
+    return total
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """How a memory budget splits between weights and KV cache at one precision."""
+
+    weights: str  # e.g. "fp8"
+    kv_cache: str  # e.g. "bf16"
+    weight_gib: float
+    kv_gib: float  # what is left for the KV pool (0 if the weights do not fit)
+    kv_tokens: int
+    requests_at_len: int  # requests of `request_len` tokens that fit at once
+
+
+def memory_rows(config: Mapping[str, Any], budget_gib: float, *, overhead_gib: float = 1.0,
+                request_len: int = 2048, weights: Sequence[str] = ("bf16", "fp8", "int4"),
+                kv_dtypes: Sequence[str] = ("bf16", "fp8")) -> list[MemoryRow]:
+    """KV room left in ``budget_gib`` (e.g. GPU memory x gpu_memory_utilization) once the
+    weights and ``overhead_gib`` (activations, CUDA graphs: about 1 GiB for SmolLM2 on an
+    H200) are taken, at each weight precision; the KV dtype sets the bytes per token.
+
+    >>> rows = memory_rows(LLAMA_31_8B, 22.0, weights=("bf16", "fp8"), kv_dtypes=("bf16",))
+    >>> [(r.weights, round(r.weight_gib, 1), round(r.kv_gib, 1)) for r in rows]
+    [('bf16', 15.0, 6.0), ('fp8', 7.5, 13.5)]
+    """
+    params = count_parameters(config)
+    rows = []
+    for kv_dtype in kv_dtypes:
+        per_token = kv_bytes_per_token(config, dtype_bytes=int(BYTES_PER_WEIGHT[kv_dtype]))
+        for w in weights:
+            weight_gib = params * BYTES_PER_WEIGHT[w] / GIB
+            kv_gib = max(0.0, budget_gib - overhead_gib - weight_gib)
+            tokens = int(kv_gib * GIB // per_token)
+            rows.append(MemoryRow(w, kv_dtype, weight_gib, kv_gib, tokens, tokens // request_len))
+    return rows
+
+
+def memory_table(rows: Sequence[MemoryRow], request_len: int = 2048) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| weights | KV cache | weights, GiB | left for KV, GiB | KV tokens | "
+             f"requests of {request_len:,} tokens |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.weights} | {r.kv_cache} | {r.weight_gib:.2f} | {r.kv_gib:.2f} | {r.kv_tokens:,} | "
+                     f"{r.requests_at_len:,} |")
+    return "\n".join(lines)
+
+
+# ----- what the server says about itself -----------------------------------------------------------
+def cache_config_info(server: Any) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` on ``/metrics``: the KV-cache settings the engine
+    actually runs with (``enable_prefix_caching``, ``block_size``, ``cache_dtype``, ...), including
+    the defaults nobody passed on the command line."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from helpers.metrics import _headers, _metrics_url
+
+    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:cache_config_info" and family.samples:
+            return dict(family.samples[0].labels)
+    return {}
+
+
+def cpu_supports_fp8_kv() -> bool:
+    """Whether vLLM's CPU build can keep the KV cache in FP8 here: it needs x86 with AVX-512 or
+    AMX (``vllm/v1/attention/backends/cpu_attn.py``). Reads the CPU flags; False off Linux."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512f" in flags or " amx_tile" in flags
+
+
+def kv_pool_bytes(server: Any) -> int | None:
+    """The bytes of the server's KV pool: the size it was given (``kv_cache_space_gib``), else
+    the engine's own log line "Available KV cache memory: X GiB" (a GPU sized by
+    ``gpu_memory_utilization``); None when neither is known."""
+    import re
+
+    kv = getattr(server, "kv_cache", None)
+    if kv is not None and kv.memory_bytes:
+        return int(kv.memory_bytes)
+    match = re.search(r"Available KV cache memory: ([\d.]+) GiB", server.log_text())
+    return int(float(match.group(1)) * GIB) if match else None
+
+
+# ----- the closing checklist -----------------------------------------------------------------------
+def _arrow(before: float | None, after: float | None, fmt: str) -> str:
+    if before is None or after is None:
+        return "-"
+    return f"{before:{fmt}} -> {after:{fmt}}"
+
+
+def checklist(pairs: Sequence[tuple[Measurement, Measurement]], noise: float = NOISE) -> str:
+    """A Markdown table: one row per lever, before -> after for every number this run measured,
+    and a verdict computed from the throughput and p95 ratios (changes under ``noise`` are
+    called noise; runs during which another vLLM server ran are marked less reliable).
+    """
+    lines = ["| lever | before -> after | output tok/s | p95 end-to-end s | TTFT p50 s | KV tokens | "
+             "peak running | preemptions | prefix-cache hits | other vLLM servers | verdict from this run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for before, after in pairs:
+        b, a, c = before.summary, after.summary, compare(before, after)
+        kb, ka = before.kv_cache or {}, after.kv_cache or {}
+        rate = lambda m: "-" if m.prefix_hit_rate is None else f"{m.prefix_hit_rate:.0%}"  # noqa: E731
+        lines.append(
+            f"| {before.lever} | {before.setting} -> {after.setting} "
+            f"| {_arrow(b['output_tok_per_s'], a['output_tok_per_s'], '.0f')} "
+            f"| {_arrow(b['e2e_p95_s'], a['e2e_p95_s'], '.1f')} "
+            f"| {_arrow(b['ttft_p50_s'], a['ttft_p50_s'], '.2f')} "
+            f"| {_arrow(kb.get('num_tokens'), ka.get('num_tokens'), ',')} "
+            f"| {before.engine.peak_running} -> {after.engine.peak_running} "
+            f"| {before.num_preemptions} -> {after.num_preemptions} "
+            f"| {rate(before)} -> {rate(after)} "
+            f"| {before.other_servers} -> {after.other_servers} "
+            f"| {describe_ratio(c.throughput_ratio, 'throughput', noise)}; "
+            f"{describe_ratio(c.e2e_p95_ratio, 'p95', noise)}"
+            f"{' (machine shared: less reliable)' if before.other_servers or after.other_servers else ''} |")
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""helpers.tuning, tuning_plots and tuning_exercises: hand-checkable cases, no server needed.
+
+Measurements here are built from synthetic records and /metrics samples, so every expected
+number can be worked out by hand. tests/test_tuning_server.py runs the same pieces against
+the real vLLM server.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from helpers.loadtest import LoadTestRun, RequestRecord, RequestSpec, _messages
+from helpers.metrics import MetricsSample
+from helpers.tuning import (
+    LLAMA_31_8B,
+    NOISE,
+    Measurement,
+    checklist,
+    checkpoint_parameters,
+    compare,
+    count_parameters,
+    cpu_supports_fp8_kv,
+    describe_change,
+    describe_ratio,
+    fit_in_pool,
+    ideal_prefix_hits,
+    memory_rows,
+    memory_table,
+    server_settings,
+    shared_prefix_workload,
+)
+from helpers.tuning_exercises import check_first_lever, check_hit_rate, check_ideal_hits, check_pool_blocks
+from helpers.tuning_plots import CapacityPoint, plot_engine, plot_kv_capacity, plot_lever, plot_prefix, plot_tradeoff
+from tests.test_loadtest import WordTokenizer
+
+SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+           "num_key_value_heads": 3, "intermediate_size": 1536, "tie_word_embeddings": True}
+
+
+# ----- synthetic measurements --------------------------------------------------------------------
+def sample(t: float, running: int, *, preemptions: int = 0, queries: int = 0, hits: int = 0,
+           usage: float = 0.0) -> MetricsSample:
+    return MetricsSample(t, running, 0, usage, preemptions, 0, 0, queries, hits)
+
+
+def measurement(setting: str, *, e2e: float, ttft: float, num: int = 4, out: int = 10, prompt: int = 100,
+                kv_tokens: int = 2304, peak: int = 4, preemptions: int = 0, queries: int = 0, hits: int = 0,
+                lever: str = "KV pool") -> Measurement:
+    """`num` requests all sent at t=0, each `out` tokens, first token at `ttft`, last at `e2e`.
+    Throughput is num x out / e2e tokens/s (every request ends at e2e)."""
+    records = [RequestRecord(i, ok=True, prompt_len=prompt - 30, prompt_tokens=prompt, output_tokens=out,
+                             send_s=0.0, ttft_s=ttft, e2e_s=e2e, done_s=e2e) for i in range(num)]
+    server = {"kv_cache": {"num_tokens": kv_tokens, "num_blocks": kv_tokens // 128, "block_size": 128,
+                           "max_model_len": 2048, "max_concurrency": kv_tokens / 2048}, "max_num_seqs": 64}
+    run = LoadTestRun(f"{lever}: {setting}", {}, server, "CPU: 2 cores", "2026-01-01T00:00:00+00:00", e2e, records)
+    samples = [sample(0.0, 0, queries=1000, hits=500), sample(0.5, peak, usage=0.5),
+               sample(e2e, 0, preemptions=preemptions, queries=1000 + queries, hits=500 + hits)]
+    return Measurement(lever, setting, run, samples, max_num_seqs=64)
+
+
+# ----- parameters and memory ---------------------------------------------------------------------
+def test_parameters_from_the_config_match_the_published_sizes():
+    assert count_parameters(SMOLLM2) == 134_515_008  # SmolLM2-135M, tied embeddings
+    assert count_parameters(LLAMA_31_8B) == 8_030_261_248  # Llama-3.1-8B, separate output head
+
+
+def test_untying_the_embeddings_adds_one_vocabulary_matrix():
+    untied = {**SMOLLM2, "tie_word_embeddings": False}
+    assert count_parameters(untied) - count_parameters(SMOLLM2) == 49152 * 576
+
+
+def test_checkpoint_parameters_are_read_from_the_safetensors_headers(tmp_path):
+    header = {"__metadata__": {"format": "pt"},
+              "a": {"dtype": "BF16", "shape": [3, 4], "data_offsets": [0, 24]},
+              "b": {"dtype": "BF16", "shape": [5], "data_offsets": [24, 34]}}
+    raw = json.dumps(header).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(34))
+    assert checkpoint_parameters(tmp_path) == 17
+
+
+def test_fp8_weights_double_the_kv_room_of_an_8b_model_on_a_24_gib_gpu():
+    bf16, fp8 = memory_rows(LLAMA_31_8B, 24 * 0.92, weights=("bf16", "fp8"), kv_dtypes=("bf16",))
+    assert bf16.weight_gib == pytest.approx(2 * fp8.weight_gib)
+    assert fp8.kv_tokens > 2 * bf16.kv_tokens
+    # Llama-3.1-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 bytes per token
+    assert bf16.kv_tokens == int(bf16.kv_gib * 2**30 // 131_072)
+
+
+def test_an_fp8_kv_cache_doubles_the_tokens_of_the_same_room():
+    rows = memory_rows(SMOLLM2, 10.0, weights=("bf16",), kv_dtypes=("bf16", "fp8"))
+    assert rows[1].kv_tokens == pytest.approx(2 * rows[0].kv_tokens, abs=1)
+
+
+def test_weights_larger_than_the_budget_leave_no_kv_room():
+    (row,) = memory_rows(LLAMA_31_8B, 8.0, weights=("bf16",), kv_dtypes=("bf16",))
+    assert row.kv_gib == 0 and row.kv_tokens == 0 and row.requests_at_len == 0
+    assert "| bf16 | bf16 | 14.96 | 0.00 | 0 | 0 |" in memory_table([row])
+
+
+# ----- prefix caching ----------------------------------------------------------------------------
+def test_only_full_blocks_of_the_shared_prefix_count_and_the_first_request_finds_nothing():
+    assert ideal_prefix_hits(12, 560, 128) == 11 * 512
+    assert ideal_prefix_hits(12, 100, 128) == 0  # shorter than one block: nothing to share
+    assert ideal_prefix_hits(1, 5000, 16) == 0
+
+
+def test_shared_prefix_requests_share_one_exact_length_system_prompt_and_differ_in_the_question():
+    tokenizer = WordTokenizer()
+    workload = shared_prefix_workload(tokenizer, num_requests=5, system_tokens=200, question_tokens=20,
+                                      output_tokens=8, run_tag="abcd")
+    systems = {spec.system for spec in workload.requests}
+    assert len(systems) == 1
+    (system,) = systems
+    assert system.startswith("[abcd]") and len(tokenizer.encode(system)) == 200
+    assert len({spec.prompt for spec in workload.requests}) == 5
+    assert all(len(tokenizer.encode(spec.prompt)) == 20 and spec.max_tokens == 8 for spec in workload.requests)
+
+
+def test_two_shared_prefix_workloads_do_not_share_their_system_prompt():
+    first, second = (shared_prefix_workload(WordTokenizer(), num_requests=2, system_tokens=50) for _ in range(2))
+    assert first.run_tag != second.run_tag
+    assert first.requests[0].system.split()[0] != second.requests[0].system.split()[0]
+
+
+def test_a_request_with_a_system_prompt_sends_it_first():
+    spec = RequestSpec(0, "question", 1, 4, system="rules")
+    assert _messages(spec) == [{"role": "system", "content": "rules"}, {"role": "user", "content": "question"}]
+    assert _messages(RequestSpec(0, "question", 1, 4)) == [{"role": "user", "content": "question"}]
+
+
+# ----- one measurement, two measurements ----------------------------------------------------------
+def test_a_measurement_counts_only_what_happened_during_its_run():
+    m = measurement("on", e2e=2.0, ttft=0.5, preemptions=3, queries=400, hits=300)
+    assert (m.num_preemptions, m.prefix_cache_queries, m.prefix_cache_hits) == (3, 400, 300)
+    assert m.prefix_hit_rate == 0.75
+    assert m.engine.peak_running == 4
+    row = m.row()
+    assert row["output_tok_per_s"] == 20.0 and row["kv_tokens"] == 2304 and row["prefix_hit_rate"] == 0.75
+
+
+def test_no_lookups_means_no_hit_rate_rather_than_zero():
+    assert measurement("off", e2e=2.0, ttft=0.5).prefix_hit_rate is None
+
+
+def test_compare_gives_after_over_before():
+    slow, fast = measurement("8", e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5)
+    change = compare(slow, fast)
+    assert change.throughput_ratio == 2.0 and change.e2e_p95_ratio == 0.5 and change.ttft_p50_ratio == 0.25
+
+
+def test_a_change_smaller_than_the_noise_is_called_noise():
+    assert "noise" in describe_ratio(1 + NOISE / 2, "throughput")
+    assert "noise" not in describe_ratio(1 + 2 * NOISE, "throughput")
+    assert describe_ratio(None, "throughput") == "throughput: not measured"
+
+
+def test_the_change_sentence_quotes_both_numbers():
+    text = describe_change(measurement("8", e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5))
+    assert "8 -> 64" in text and "10 -> 20 output tok/s" in text and "4.0 -> 2.0 s" in text
+
+
+def test_the_checklist_has_one_row_per_lever_with_the_measured_numbers():
+    pairs = [(measurement("0.05 GiB", e2e=4.0, ttft=2.0, kv_tokens=2304, peak=6, preemptions=2),
+              measurement("2 GiB", e2e=2.0, ttft=1.0, kv_tokens=93184, peak=24)),
+             (measurement("off", e2e=3.0, ttft=2.0, lever="prefix caching"),
+              measurement("on", e2e=2.9, ttft=0.4, lever="prefix caching", queries=100, hits=80))]
+    table = checklist(pairs).splitlines()
+    assert len(table) == 2 + len(pairs)
+    assert "| KV pool | 0.05 GiB -> 2 GiB | 10 -> 20 | 4.0 -> 2.0 |" in table[2]
+    assert "2,304 -> 93,184" in table[2] and "| 6 -> 24 | 2 -> 0 |" in table[2]
+    assert "| - -> 80% |" in table[3] and "noise" in table[3]  # throughput 1.03x: noise
+
+
+def test_server_settings_change_one_thing_and_keep_the_base_flags():
+    base = {"max_num_seqs": 64, "extra_args": ("--attention-backend", "TRITON_ATTN")}
+    changed = server_settings(base, extra_args=("--kv-cache-dtype", "fp8"), kv_cache_space_gib=0.05)
+    assert changed == {"max_num_seqs": 64, "kv_cache_space_gib": 0.05,
+                       "extra_args": ("--attention-backend", "TRITON_ATTN", "--kv-cache-dtype", "fp8")}
+    assert base["extra_args"] == ("--attention-backend", "TRITON_ATTN")  # the base is not modified
+
+
+def test_requests_fit_in_the_pool_in_arrival_order():
+    assert fit_in_pool([3, 3, 3], 8) == 2
+    assert fit_in_pool([], 8) == 0
+    assert fit_in_pool([1] * 20, 18) == 18
+
+
+def test_fp8_kv_support_is_a_yes_or_no():
+    assert cpu_supports_fp8_kv() in (True, False)
+
+
+# ----- figures ---------------------------------------------------------------------------------------
+def test_capacity_plot_says_the_reports_match_the_prediction():
+    points = [CapacityPoint("2 GiB", 2 * 2**30, 23040, 93184, 45.5),
+              CapacityPoint("0.05 GiB", 53687091, 23040, 2304, 1.12),
+              CapacityPoint("0.05 GiB, FP8 KV", 53687091, 11520, 4608, 2.25)]
+    fig = plot_kv_capacity(points, block_size=128, max_model_len=2048)
+    assert "match the prediction exactly" in fig._suptitle.get_text()
+    assert fig.axes[0].get_ylabel().startswith("KV token slots")
+
+
+def test_lever_plot_titles_the_measured_change():
+    fig = plot_lever([measurement("0.05 GiB", e2e=4.0, ttft=2.0), measurement("2 GiB", e2e=2.0, ttft=1.0)])
+    title = fig._suptitle.get_text()
+    assert "0.05 GiB -> 2 GiB" in title and "throughput 2.00x" in title
+    assert [ax.get_ylabel() for ax in fig.axes] == ["output throughput, tokens/s", "latency per request, s"]
+
+
+def test_engine_plot_names_each_setting_peak():
+    fig = plot_engine([measurement("2 GiB", e2e=2.0, ttft=1.0, peak=24), measurement("0.05 GiB", e2e=4.0, ttft=2.0, peak=6)])
+    assert "24 at 2 GiB, 6 at 0.05 GiB" in fig._suptitle.get_text()
+
+
+def test_tradeoff_plot_compares_the_fastest_with_the_slowest_setting():
+    points = [measurement("8", e2e=4.0, ttft=2.0, lever="max_num_seqs"),
+              measurement("64", e2e=2.0, ttft=0.5, lever="max_num_seqs")]
+    reference = [{"max_num_seqs": 8, "output_tok_per_s": 80.0, "e2e_p95_s": 37.0},
+                 {"max_num_seqs": 64, "output_tok_per_s": 108.0, "e2e_p95_s": 29.7}]
+    fig = plot_tradeoff(points, reference=reference)
+    assert fig._suptitle.get_text().startswith("max_num_seqs=64 gave 2.00x the throughput of max_num_seqs=8, at a lower")
+    assert "throughput" in fig.axes[0].get_xlabel() and "p95" in fig.axes[0].get_ylabel()
+
+
+def test_prefix_plot_reports_the_hit_rate_and_ttft():
+    off = measurement("off", e2e=3.0, ttft=2.0, lever="prefix caching")
+    on = measurement("on", e2e=1.0, ttft=0.25, lever="prefix caching", queries=400, hits=300)
+    title = plot_prefix(off, on)._suptitle.get_text()
+    assert "75%" in title and "2.00 s -> 0.25 s" in title
+
+
+# ----- exercise checks -------------------------------------------------------------------------------
+def test_checks_accept_the_right_answers_and_refuse_others(capsys):
+    small = measurement("0.05 GiB", e2e=4.0, ttft=2.0, queries=400, hits=300)
+    assert check_pool_blocks(18, small) and not check_pool_blocks(2304, small)
+    assert check_hit_rate(0.75, small) and not check_hit_rate(75, small)
+    assert check_ideal_hits(19 * 896, num_requests=20, shared_tokens=1000, block_size=128)
+    assert check_first_lever("prefix caching") and not check_first_lever("max_num_seqs")
+    assert not check_pool_blocks(None, small)
+    assert "not answered yet" in capsys.readouterr().out
+
+
+def test_a_run_shared_with_another_server_is_flagged_in_the_sentence_and_the_checklist():
+    quiet, shared = measurement("8", e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5)
+    shared.other_servers = 1
+    assert "Another vLLM server shared the machine" in describe_change(quiet, shared)
+    assert "Another vLLM server" not in describe_change(quiet, quiet)
+    row = checklist([(quiet, shared)]).splitlines()[2]
+    assert "| 0 -> 1 |" in row and "machine shared: less reliable" in row
