@@ -112,6 +112,7 @@ def _require_browser() -> None:
 
 @pytest.fixture(scope="module")
 def out_dir() -> Path:
+    _require_browser()  # before clearing: a run that cannot take screenshots keeps the last ones
     folder = build_dir("browser")
     for old in [*folder.glob("*.png"), folder / "timings.json"]:
         old.unlink(missing_ok=True)
@@ -120,7 +121,6 @@ def out_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, out_dir):
-    _require_browser()
     work = tmp_path_factory.mktemp("jupyterlab")
     root = work / "course"
     (root / "notebooks").mkdir(parents=True)
