@@ -144,8 +144,11 @@ def plot_engine(measurements: Sequence[Any]) -> Figure:
 
 
 def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (),
-                  reference_label: str = "the lab's reference sweep") -> Figure:
+                  reference_label: str = "the lab's reference sweep", context: Sequence[Any] = ()) -> Figure:
     """p95 end-to-end latency against output throughput, one point per setting of this run.
+
+    ``context``: other measurements of this run drawn as squares for comparison (e.g. a run
+    limited by its KV pool); the title compares only ``points``.
 
     ``reference``: pooled rows of another load (``helpers.results.runs_table(..., pooled=True)``),
     drawn in a second, smaller panel joined in order of ``max_num_seqs``: the curve to recall,
@@ -154,15 +157,16 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
     fig = Figure(figsize=(12 if reference else 8, 4.8), layout="constrained")
     axes = fig.subplots(1, 2, width_ratios=[1.6, 1]) if reference else [fig.subplots()]
     ax = axes[0]
-    colors = setting_colors([m.setting for m in points])
-    for i, m in enumerate(points):
+    everything = [*points, *context]
+    colors = setting_colors([m.setting for m in everything])
+    for i, m in enumerate(everything):
         s = m.summary
-        ax.plot(s["output_tok_per_s"], s["e2e_p95_s"], "o", ms=11, color=colors[m.setting],
+        ax.plot(s["output_tok_per_s"], s["e2e_p95_s"], "o" if i < len(points) else "s", ms=11, color=colors[m.setting],
                 label=f"{m.lever} {m.setting}: {s['output_tok_per_s']:.0f} tok/s, p95 {s['e2e_p95_s']:.1f} s")
         ax.annotate(m.setting, (s["output_tok_per_s"], s["e2e_p95_s"]), textcoords="offset points",
                     xytext=(9, 9 if i % 2 == 0 else -15), fontsize=9)
-    xs = [m.summary["output_tok_per_s"] for m in points]
-    ys = [m.summary["e2e_p95_s"] for m in points]
+    xs = [m.summary["output_tok_per_s"] for m in everything]
+    ys = [m.summary["e2e_p95_s"] for m in everything]
     ax.set_xlim(min(xs) * 0.8, max(xs) * 1.2)
     ax.set_ylim(0, max(ys) * 1.3)
     ax.set_xlabel("output throughput, tokens/s  (better ->)")

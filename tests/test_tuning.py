@@ -249,3 +249,12 @@ def test_a_run_shared_with_another_server_is_flagged_in_the_sentence_and_the_che
     assert "Another vLLM server" not in describe_change(quiet, quiet)
     row = checklist([(quiet, shared)]).splitlines()[2]
     assert "| 0 -> 1 |" in row and "machine shared: less reliable" in row
+
+
+def test_context_points_are_drawn_but_left_out_of_the_tradeoff_title():
+    points = [measurement("8", e2e=4.0, ttft=2.0, lever="max_num_seqs"),
+              measurement("64", e2e=2.0, ttft=0.5, lever="max_num_seqs")]
+    slow = measurement("64, tiny pool", e2e=8.0, ttft=4.0, lever="max_num_seqs")
+    fig = plot_tradeoff(points, context=[slow])
+    assert "tiny pool" not in fig._suptitle.get_text()
+    assert len(fig.axes[0].lines) == 3

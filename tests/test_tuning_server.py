@@ -1,0 +1,69 @@
+"""helpers.tuning against the real vLLM server (CPU build on CI): what the tuning notebook relies on.
+
+Two server starts (30-40 s each) and a few seconds of load: the default cache settings as the
+engine reports them, prefix-cache hits on a shared system prompt, and an FP8 KV cache holding
+twice the tokens of the same pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from helpers.hardware import detect_device
+from helpers.server import start_server
+from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB
+from helpers.tuning import (
+    cache_config_info,
+    cpu_supports_fp8_kv,
+    ideal_prefix_hits,
+    kv_pool_bytes,
+    measure,
+    shared_prefix_tokens,
+    shared_prefix_workload,
+)
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
+ON_CPU = detect_device() == "cpu"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with start_server(max_num_seqs=8, quiet=True) as running:
+        yield running
+
+
+def test_the_engine_reports_prefix_caching_on_by_default(server):
+    info = cache_config_info(server)
+    assert info["enable_prefix_caching"] == "True"
+    assert int(info["block_size"]) == server.kv_cache.block_size
+
+
+@pytest.mark.skipif(not ON_CPU, reason="the pool size is given explicitly only on the CPU build")
+def test_the_pool_size_is_the_one_the_server_was_given(server):
+    assert kv_pool_bytes(server) == int(DEFAULT_CPU_KV_CACHE_GIB * 2**30)
+
+
+def test_requests_behind_one_system_prompt_hit_the_prefix_cache_in_whole_blocks(server):
+    block = server.kv_cache.block_size
+    workload = shared_prefix_workload(server, num_requests=4, system_tokens=2 * block + 20, question_tokens=12,
+                                      output_tokens=2)
+    shared = shared_prefix_tokens(server, workload)
+    assert shared >= 2 * block + 20  # template + system prompt + the start of the user turn
+    m = asyncio.run(asyncio.wait_for(measure(server, workload, lever="prefix caching", setting="on",
+                                             progress=False, timeout_s=120), 180))
+    assert all(r.ok for r in m.run.records), [r.error for r in m.run.records]
+    assert m.prefix_cache_queries == m.summary["prompt_tokens_total"]
+    assert m.prefix_cache_hits == ideal_prefix_hits(4, shared, block)
+
+
+@pytest.mark.skipif(not (ON_CPU and cpu_supports_fp8_kv()), reason="needs the CPU build on a CPU with AVX-512 or AMX")
+def test_an_fp8_kv_cache_holds_twice_the_tokens_of_the_same_pool():
+    with start_server(kv_cache_space_gib=0.05, extra_args=("--kv-cache-dtype", "fp8"), quiet=True) as fp8:
+        assert cache_config_info(fp8)["cache_dtype"] == "fp8"
+        assert fp8.kv_cache.num_tokens == 2 * 2304  # 0.05 GiB holds 2,304 tokens in bf16 (18 blocks of 128)
+        reply = fp8.client().chat.completions.create(
+            model=fp8.model_name, messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=8, temperature=0)
+        assert reply.usage.completion_tokens >= 1
