@@ -53,6 +53,14 @@ from matplotlib.figure import Figure
 from prometheus_client.parser import text_string_to_metric_families
 
 PREFIX = "vllm:"
+# Every vllm: metric the course reads, as parse_metrics names them. They exist in vLLM 0.26.0
+# (GPU) and 0.32.0 (CPU build); tests/test_vllm_versions.py checks both servers' real /metrics.
+COURSE_METRICS = (
+    "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "num_preemptions",
+    "prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
+    "iteration_tokens_total_count", "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
+    "request_decode_time_seconds_sum", "request_decode_time_seconds_count",
+)
 T = TypeVar("T")
 
 

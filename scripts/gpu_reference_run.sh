@@ -3,7 +3,8 @@
 # run (no network), e.g. the lent H200, and leaves executed notebooks and lab results under
 # build/gpu/. The notebooks run through scripts/run_course.py: the same code path as `make course`.
 #   SMOLLM2_DIR=/tmp/smollm2   an already converted embedded model (skips the conversion)
-#   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order
+#   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order; also "capture" (vLLM's
+#       flags and /metrics text) or a notebook path
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
 set -uo pipefail
@@ -29,6 +30,13 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         lab-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb ;;
+        capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py
+            mkdir -p build/gpu/capture
+            "$PY" -m vllm.entrypoints.openai.api_server --help=all 2>/dev/null > build/gpu/capture/help.txt
+            "$PY" -c 'from helpers.server import start_server
+with start_server(max_num_seqs=4) as server:
+    server.client().completions.create(model=server.model_name, prompt="Hello", max_tokens=8)
+    open("build/gpu/capture/metrics.txt", "wb").write(server.get("/metrics"))' ;;
         *) "$PY" scripts/run_course.py --out build/gpu/notebooks "$step" ;;
     esac
 done
