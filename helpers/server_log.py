@@ -44,6 +44,11 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
     ("KV cache size not set", r"less than desired CPU memory utilization",
      "On CPU, vLLM needs an explicit KV-cache size: set kv_cache_space_gib (the course "
      "default is 2 GiB)."),
+    ("GPU memory taken",
+     r"less than desired GPU memory utilization",
+     "Less GPU memory is free than gpu_memory_utilization asks for: another process holds "
+     "some (often an old server; `nvidia-smi` lists it). Stop it (helpers.server.stop_all_servers() "
+     "for this kernel's), or lower gpu_memory_utilization, e.g. 0.45 for each of two servers."),
     ("max model length exceeds KV cache",
      r"larger than the available KV cache memory|KV cache is needed, which is larger than"
      r"|max seq len .* is larger than the maximum number of tokens that can be stored",

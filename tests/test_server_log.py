@@ -27,6 +27,14 @@ def test_captured_failure_log_is_diagnosed(log_name, cause):
     assert diagnose(text, returncode=1).cause == cause
 
 
+def test_a_gpu_already_in_use_is_told_apart_from_running_out_of_memory():
+    # The message as vLLM's GPU worker raises it (vllm/v1/worker/utils.py, 0.26-0.32); the H200 runs never hit it.
+    line = ("ValueError: Free memory on device cuda:0 (61.2/139.8 GiB) on startup is less than desired GPU memory "
+            "utilization (0.9, 125.8 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+    found = diagnose(f"INFO loading weights\n{line}\n", returncode=1)
+    assert found.cause == "GPU memory taken" and "nvidia-smi" in found.advice and "gpu_memory_utilization" in found.advice
+
+
 def test_invalid_flag_advice_quotes_vllm_words():
     advice = diagnose((LOGS / "bad_flag.log").read_text(), returncode=2).advice
     assert "--max-num-seqs: invalid int value: 'zero'" in advice
