@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from helpers.errors import ModelNotAvailableError
+from helpers.paths import written_whole
 
 PREFIX = "dummy:"
 # Published shapes (the models' own config.json files); vocabulary and special tokens come
@@ -81,20 +81,12 @@ def prepare_dummy_model(architecture: str, tokenizer_dir: Path, cache_dir: Path)
     target = cache_dir / served_name(architecture)
     if (target / _MARKER).is_file() and (target / "config.json").is_file():
         return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=cache_dir))
-    try:
+    with written_whole(target) as staging:
         for item in tokenizer_dir.iterdir():
             if item.is_file() and item.name not in _NOT_TOKENIZER:
                 shutil.copy2(item, staging / item.name)
-        config = dummy_config(architecture, tokenizer_dir)
-        config.save_pretrained(staging)
+        dummy_config(architecture, tokenizer_dir).save_pretrained(staging)
         (staging / _MARKER).write_text(json.dumps({"architecture": architecture, "weights": "random"}))
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from urllib.parse import urlsplit
 
 from helpers.dummy_model import parse_dummy_name, prepare_dummy_model, served_name
 from helpers.errors import CacheNotWritableError, ModelNotAvailableError
+from helpers.paths import written_whole
 
 EMBEDDED = "embedded"
 EMBEDDED_SERVED_NAME = "smollm2"
@@ -96,18 +96,10 @@ def prepare_embedded_model(cache_dir: Path | None = None, *, force: bool = False
         return target
     _ensure_writable(target.parent)
     gguf_path = _find_embedded_gguf()
-    # Convert into a temporary sibling and rename at the end: an interrupted conversion
-    # never leaves a half-written folder that a later run would mistake for a model.
-    staging = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
-    try:
+    with written_whole(target) as staging:
         _convert_gguf(gguf_path, staging)
         _verify_checkpoint(staging)
         (staging / _COMPLETE_MARKER).write_text(json.dumps({"from": gguf_path.name}))
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

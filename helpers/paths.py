@@ -6,6 +6,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 COURSE_ROOT = Path(__file__).resolve().parent.parent
@@ -17,3 +21,21 @@ def build_dir(*parts: str) -> Path:
     folder = base.joinpath(*parts)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+@contextmanager
+def written_whole(target: Path) -> Iterator[Path]:
+    """Yield an empty sibling folder to fill; when the block ends without error it replaces ``target``.
+
+    An interrupted or failed write never leaves a half-written ``target`` that a later run
+    would mistake for a finished one; the partial folder is removed.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-writing-", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
