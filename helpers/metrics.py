@@ -156,6 +156,27 @@ def scrape(server: Any, timeout: float = 5.0) -> MetricsSample:
         return MetricsSample.from_text(response.read().decode())
 
 
+def cache_config_labels(text: str) -> dict[str, str]:
+    r"""The labels of ``vllm:cache_config_info`` in a ``/metrics`` text (empty where it is absent):
+    the KV-cache settings the engine actually runs with (``block_size``, ``num_gpu_blocks``,
+    ``enable_prefix_caching``, ``cache_dtype``, ...), including defaults nobody passed.
+
+    >>> cache_config_labels('vllm:cache_config_info{block_size="128",enable_prefix_caching="True"} 1.0\n')
+    {'block_size': '128', 'enable_prefix_caching': 'True'}
+    """
+    for family in text_string_to_metric_families(text):
+        if family.name == PREFIX + "cache_config_info" and family.samples:
+            return dict(family.samples[0].labels)
+    return {}
+
+
+def cache_config_info(server: Any, timeout: float = 10.0) -> dict[str, str]:
+    """:func:`cache_config_labels` of a running server, with a blocking GET (raises OSError if it fails)."""
+    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return cache_config_labels(response.read().decode())
+
+
 async def poll_metrics(
     server: Any,
     stop: asyncio.Event,

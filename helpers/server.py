@@ -277,16 +277,12 @@ class VLLMServer:
         )
 
     def _cache_config_labels(self) -> dict[str, str] | None:
-        from prometheus_client.parser import text_string_to_metric_families
+        from helpers.metrics import cache_config_labels  # here: it imports matplotlib, which start-up needs not
 
         try:
-            text = self.get("/metrics").decode()
+            return cache_config_labels(self.get("/metrics").decode()) or None
         except OSError:
             return None
-        for family in text_string_to_metric_families(text):
-            if family.name == "vllm:cache_config_info":
-                return dict(family.samples[0].labels) if family.samples else None
-        return None
 
 
 def start_server(config: ServerConfig | None = None, *, quiet: bool = False, **settings: Any) -> VLLMServer:

@@ -405,26 +405,7 @@ def memory_table(rows: Sequence[MemoryRow], request_len: int = 2048) -> str:
     return "\n".join(lines)
 
 
-# ----- what the server says about itself -----------------------------------------------------------
-def cache_config_info(server: Any) -> dict[str, str]:
-    """The labels of ``vllm:cache_config_info`` on ``/metrics``: the KV-cache settings the engine
-    actually runs with (``enable_prefix_caching``, ``block_size``, ``cache_dtype``, ...), including
-    the defaults nobody passed on the command line."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from helpers.metrics import _headers, _metrics_url
-
-    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
-    with urllib.request.urlopen(request, timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        if family.name == "vllm:cache_config_info" and family.samples:
-            return dict(family.samples[0].labels)
-    return {}
-
-
+# ----- what this machine supports ----------------------------------------------------------------
 def cpu_supports_fp8_kv() -> bool:
     """Whether vLLM's CPU build can keep the KV cache in FP8 here: it needs x86 with AVX-512 or
     AMX (``vllm/v1/attention/backends/cpu_attn.py``). Reads the CPU flags; False off Linux."""

@@ -12,10 +12,10 @@ import asyncio
 import pytest
 
 from helpers.hardware import detect_device
+from helpers.metrics import cache_config_info
 from helpers.server import start_server
 from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB
 from helpers.tuning import (
-    cache_config_info,
     cpu_supports_fp8_kv,
     ideal_prefix_hits,
     kv_pool_bytes,

@@ -40,3 +40,12 @@ def test_every_metric_the_course_reads_exists_in_both_versions(version):
     found = parse_metrics((DATA / "metrics" / METRICS[version]).read_text())
     missing = [name for name in COURSE_METRICS if name not in found]
     assert missing == [], f"{version}'s /metrics lacks {missing}"
+
+
+@pytest.mark.parametrize(("version", "block_size"), [("vllm-0.32.0-cpu", "128"), ("vllm-0.26.0-gpu", "16")])
+def test_both_versions_publish_the_engines_cache_settings(version, block_size):
+    from helpers.metrics import cache_config_labels
+
+    labels = cache_config_labels((DATA / "metrics" / METRICS[version]).read_text())
+    assert labels["block_size"] == block_size and labels["enable_prefix_caching"] == "True"
+    assert int(labels["num_gpu_blocks"]) > 0
