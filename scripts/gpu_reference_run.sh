@@ -4,7 +4,10 @@
 # build/gpu/. The notebooks run through scripts/run_course.py: the same code path as `make course`.
 #   SMOLLM2_DIR=/tmp/smollm2   an already converted embedded model (skips the conversion)
 #   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order; also "capture" (vLLM's
-#       flags and /metrics text) or a notebook path
+#       flags and /metrics text), "sweep-smollm2" / "sweep-dummy" (the lab's sweep, scripts/lab_sweep.py,
+#       at the lab's GPU output length) or a notebook path
+#   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
+#   SWEEP_REPETITIONS=2           load tests per sweep setting
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
 set -uo pipefail
@@ -23,6 +26,10 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
 
+# The lab's GPU output length (OUTPUT_TOKENS in labs/01_concurrency_lab.ipynb), so sweep and lab compare.
+sweep_args=(--output-tokens 256 --repetitions "${SWEEP_REPETITIONS:-2}")
+[[ -n ${SWEEP_SETTINGS:-} ]] && sweep_args+=(--settings $SWEEP_SETTINGS)
+
 for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
     echo "=== $step $(date -u +%T)"
     case $step in
@@ -30,6 +37,9 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         lab-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb ;;
+        sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
+        sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
+            "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/dummy-llama-3.1-8b ;;
         capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py
             mkdir -p build/gpu/capture
             "$PY" -m vllm.entrypoints.openai.api_server --help=all 2>/dev/null > build/gpu/capture/help.txt
