@@ -360,8 +360,8 @@ def plot_kv_usage(
     ax.legend(fontsize=8, loc="upper right")
     peak = max(used, default=0.0)
     ax.set_title(
-        f"The engine held at most {peak:.0f} of {num_blocks} blocks for {len(ok)} requests "
-        f"(predicted {max(predicted, default=0)}); naive reservation would hold {naive:.0f}",
+        f"The engine held at most {peak:,.0f} of {num_blocks:,} blocks for {len(ok)} requests "
+        f"(predicted {max(predicted, default=0):,}); naive reservation would hold {naive:,.0f}",
         fontsize=10,
     )
     for side in ("top", "right"):

@@ -376,6 +376,57 @@ def check_speedup(answer: Any, low_records: Sequence[Any], high_records: Sequenc
                         hint="divide the two settings' output tokens/s")
 
 
+# The guided questions behind the explanation: one check per effect, each recomputed from the
+# learner's own records, so the learner version of the lab can leave the explanation to them.
+def check_peak_generating(answer: Any, records: Sequence[Any]) -> bool:
+    """Most requests generating at one moment: between first token (send + ttft) and last (send + e2e)."""
+    return check_answer(answer, summarize(records)["peak_generating"], "requests generating at once", rel_tol=0.0,
+                        hint="count overlapping intervals [send_s + ttft_s, send_s + e2e_s) of successful requests")
+
+
+def check_step_growth(answer: Any, low_records: Sequence[Any], high_records: Sequence[Any]) -> bool:
+    """How many times longer the mean time per output token was at the high setting than at the low one."""
+    expected = _ratio(summarize(high_records)["tpot_mean_ms"], summarize(low_records)["tpot_mean_ms"])
+    return check_answer(answer, expected, "growth of the time per output token (high / low)",
+                        hint="per request (e2e_s - ttft_s) / (output_tokens - 1), averaged, then the ratio")
+
+
+def check_prefill_ratio(answer: Any, records: Sequence[Any]) -> bool:
+    """Prompt tokens over output tokens of the successful requests (prefill work against decode work)."""
+    s = summarize(records)
+    return check_answer(answer, _ratio(s["prompt_tokens_total"], s["output_tokens_total"]),
+                        "prompt tokens / output tokens", hint="sum prompt_tokens and output_tokens of successful requests")
+
+
+def kv_blocks_needed(records: Sequence[Any], block_size: int) -> int:
+    """Blocks all successful requests hold at once at their full length (prompt + output), whole blocks each.
+
+    >>> from types import SimpleNamespace as R
+    >>> kv_blocks_needed([R(ok=True, prompt_tokens=30, output_tokens=64)] * 2, 16)
+    12
+    """
+    return sum(math.ceil(((r.prompt_tokens or 0) + (r.output_tokens or 0)) / block_size) for r in records if r.ok)
+
+
+def check_kv_blocks(answer: Any, records: Sequence[Any], block_size: int) -> bool:
+    return check_answer(answer, kv_blocks_needed(records, block_size), "KV blocks for all requests at once",
+                        rel_tol=0.0, hint=f"per request ceil((prompt_tokens + output_tokens) / {block_size}), summed")
+
+
+def check_kv_limited(answer: Any, records: Sequence[Any], kv_cache: dict[str, Any]) -> bool:
+    """Did the KV cache limit the batch? ``"yes"`` when the requests' blocks exceed the server's pool."""
+    from helpers.checks import check_choice
+
+    block, blocks = kv_cache.get("block_size"), kv_cache.get("num_blocks")
+    if not block:
+        print("The server did not report its block size: this question cannot be checked here.")
+        return False
+    blocks = int(blocks or kv_cache["num_tokens"] // block)
+    need = kv_blocks_needed(records, block)
+    return check_choice(answer, "yes" if need > blocks else "no", name="did the KV cache limit the batch",
+                        options=("yes", "no"), why=f"{need:,} blocks needed at once, {blocks:,} in the pool")
+
+
 # ----- small helpers ----------------------------------------------------------------------------
 def _ratio(top: float | None, bottom: float | None) -> float | None:
     return top / bottom if top is not None and bottom else None

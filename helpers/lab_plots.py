@@ -204,13 +204,22 @@ def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (
     right.set_ylabel("latency, s")
     best = int(np.argmax(tput))
     usable = min(seqs[best], num_requests) if num_requests else seqs[best]
-    left.set_title(f"Peak {tput[best]:.0f} tok/s at max_num_seqs={seqs[best]:g}: {tput[best] / base:.1f}x of "
+    left.set_title(f"Peak {tput[best]:,.0f} tok/s at max_num_seqs={seqs[best]:g}: {tput[best] / base:.1f}x of "
                    f"{base_seqs:g} slot(s), ideal {usable / base_seqs:g}x")
     p95 = [row["e2e_p95_s"] for row in rows]
-    right.set_title(f"p95 latency from {p95[0]:.0f} s at {seqs[0]:g} to {p95[-1]:.0f} s at {seqs[-1]:g} "
-                    f"(lowest: {min(p95):.0f} s at {seqs[int(np.argmin(p95))]:g})")
+    right.set_title(f"p95 latency from {_seconds(p95[0])} at {seqs[0]:g} to {_seconds(p95[-1])} at {seqs[-1]:g} "
+                    f"(lowest: {_seconds(min(p95))} at {seqs[int(np.argmin(p95))]:g})")
     fig.tight_layout()
     return fig
+
+
+def _seconds(value: float) -> str:
+    """Two significant digits below 10 s, whole seconds above: "0.42 s", "3.6 s", "122 s".
+
+    >>> _seconds(0.4182), _seconds(3.57), _seconds(122.4)
+    ('0.42 s', '3.6 s', '122 s')
+    """
+    return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
 
 
 def _with_range(ax, seqs, rows, key, label) -> None:

@@ -1,5 +1,6 @@
 """helpers.lab_plots: every figure builds headless (Agg) from runs, and its title states what the data show."""
 
+import doctest
 import json
 
 import matplotlib
@@ -78,6 +79,18 @@ def test_the_sweep_overlays_ideal_scaling_the_prediction_and_the_learners_points
     assert any("prediction" in label for label in labels) and "your runs" in labels
     assert fig.axes[0].get_title().startswith("Peak ")
     assert "max_num_seqs" in fig.axes[1].get_xlabel()
+
+
+def test_sub_second_gpu_latencies_keep_their_digits_in_the_sweep_title():
+    rows = runs_table([waves_run(s, 0.0005, f"r{s}") for s in (1, 8, 64)], pooled=True)
+    title = plot_sweep(rows).axes[1].get_title()
+    assert "0 s" not in title.replace("10 s", "") and " s at 1 " in title
+
+
+def test_docstring_examples_run():
+    from helpers import lab_plots
+
+    assert doctest.testmod(lab_plots).failed == 0
 
 
 def test_the_sweep_builds_without_a_prediction():

@@ -65,6 +65,7 @@ def test_table_rows_per_run_and_pooled_per_setting():
     pooled = runs_table(runs, pooled=True)
     assert [r["max_num_seqs"] for r in pooled] == [8, 64]
     assert pooled[0]["num_runs"] == 2 and pooled[0]["num_errors"] == 2
+    assert [r["run"] for r in pooled] == ["2 runs", "1 run"]
     table = format_table(pooled)
     assert table.splitlines()[0].startswith("| max_num_seqs | run | wall_s |") and len(table.splitlines()) == 4
 
@@ -74,10 +75,13 @@ def test_committed_reference_runs_are_found_per_device_and_model():
 
     cpu = load_reference_runs("cpu", "smollm2")
     assert cpu and {run.server["device"] for run in cpu} == {"cpu"}
-    gpu = load_reference_runs("cuda", "smollm2")  # results/gpu/, measured on an H200
-    assert {run.max_num_seqs for run in gpu} == {8, 64} and {run.server["model"] for run in gpu} == {"smollm2"}
+    gpu = load_reference_runs("cuda", "smollm2")  # results/gpu/ (lab and sweep), measured on an H200
+    assert {run.max_num_seqs for run in gpu} == {1, 2, 4, 8, 16, 32, 64}
+    assert {run.server["model"] for run in gpu} == {"smollm2"} and {run.server["device"] for run in gpu} == {"cuda"}
     dummy = load_reference_runs("cuda", "dummy-llama-3.1-8b")
-    assert len(dummy) == 4 and all(run.server["model_source"] == "dummy" for run in dummy)
+    assert {run.max_num_seqs for run in dummy} == {1, 2, 4, 8, 16, 32, 64}
+    assert all(run.server["model_source"] == "dummy" for run in dummy)
+    assert all(run.settings["output_tokens"] == 256 for run in gpu + dummy)  # the lab's GPU setting
     assert load_reference_runs("cpu", "some-other-model") == []
 
 
