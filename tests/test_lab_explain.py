@@ -5,7 +5,12 @@ import pytest
 from helpers.lab_explain import (
     check_answer,
     check_e2e_percentile,
+    check_kv_blocks,
+    check_kv_limited,
+    check_peak_generating,
+    check_prefill_ratio,
     check_speedup,
+    check_step_growth,
     check_throughput,
     explain,
     explain_runs,
@@ -202,3 +207,21 @@ def test_checks_recompute_from_the_raw_records(capsys):
     assert not check_throughput(5 * 64 / 10.0, records)
     assert check_speedup(1.0, records, records)
     assert e2e == [5.0, 6.0, 7.0, 8.0]
+
+
+def test_the_guided_questions_are_checked_against_hand_computed_values(capsys):
+    # make_run: 4 successful requests sent at 0, generating over [1, 5), [2, 6), [3, 7), [4, 8);
+    # 46 prompt and 64 output tokens each; a scale of 2 doubles every time.
+    records, slower = make_run().records, make_run(scale=2.0).records
+    assert check_peak_generating(4, records) and not check_peak_generating(3, records)
+    assert check_step_growth(2.0, records, slower) and not check_step_growth(1.0, records, slower)
+    assert check_prefill_ratio(46 / 64, records) and not check_prefill_ratio(64 / 46, records)
+    assert check_kv_blocks(4, records, 128)  # 110 tokens: one block of 128 each
+    assert check_kv_blocks(28, records, 16) and not check_kv_blocks(27, records, 16)  # 7 blocks of 16 each
+    capsys.readouterr()
+    assert check_kv_limited("no", records, {"num_tokens": 93184, "num_blocks": 728, "block_size": 128})
+    assert "4 blocks needed at once, 728 in the pool" in capsys.readouterr().out
+    assert check_kv_limited("yes", records, {"num_tokens": 320, "num_blocks": 20, "block_size": 16})
+    assert not check_kv_limited("no", records, {"num_tokens": 320, "block_size": 16})  # blocks from tokens
+    assert not check_kv_limited("yes", records, {"num_tokens": 320})
+    assert "cannot be checked" in capsys.readouterr().out

@@ -8,13 +8,31 @@ import pytest
 from helpers.colab import SETUP_CELL, badge_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
+LABS = sorted((ROOT / "labs").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + LABS + sorted((ROOT / "labs" / "learner").glob("*.ipynb"))
 SECTIONS = ("Goal", "Summary", "Exercises")
 
 
 def test_the_course_has_its_first_two_notebooks():
     names = {path.name for path in NOTEBOOKS}
     assert {"01_start_server.ipynb", "02_openai_client.ipynb"} <= names
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.name)
+def test_each_lab_has_a_learner_version_in_step_with_it_and_without_the_instructor_cells(path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_learner_lab import INSTRUCTOR_TAG, learner_path, learner_version
+
+    lab = nbformat.read(path, as_version=4)
+    assert any(INSTRUCTOR_TAG in cell.metadata.get("tags", []) for cell in lab.cells), "no instructor cells to leave out"
+    committed = nbformat.read(learner_path(path), as_version=4)
+    expected = learner_version(lab, path.name)
+    assert [c.source for c in committed.cells[2:]] == [c.source for c in expected.cells[2:]], (
+        f"{learner_path(path).relative_to(ROOT)} is out of date: run `python scripts/make_learner_lab.py`")
+    assert not any(INSTRUCTOR_TAG in cell.metadata.get("tags", []) for cell in committed.cells)
+    assert "learner version" in committed.cells[0].source
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -1,0 +1,64 @@
+"""Write the learner version of a lab: the same notebook without its cells tagged ``instructor``.
+
+The lab in ``labs/`` is the instructor version: after the learner's guided questions it shows the
+explanation computed from the run. The learner version in ``labs/learner/`` leaves that out, so the
+last question (write the explanation) stays the learner's; worked answers live in
+``docs/solutions/``. Run this after editing a lab; ``tests/test_notebook_shape.py`` fails while the
+committed learner version differs from what this script writes.
+
+    .venv/bin/python scripts/make_learner_lab.py [labs/01_concurrency_lab.ipynb ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from notebook_header import ROOT, normalise  # a sibling script, not a package
+
+INSTRUCTOR_TAG = "instructor"
+LEARNER_DIR = ROOT / "labs" / "learner"
+NOTE = ("*Learner version.* The section that writes the explanation from your numbers is left out: question 9 asks "
+        "you for it. Your instructor has the complete notebook (`labs/{name}`) and the worked answers.")
+
+
+def learner_path(lab: Path) -> Path:
+    return LEARNER_DIR / lab.name
+
+
+def learner_version(lab: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """The notebook without instructor cells, with a note under its title saying what is missing."""
+    notebook = copy.deepcopy(lab)
+    notebook.cells = [cell for cell in notebook.cells if INSTRUCTOR_TAG not in cell.metadata.get("tags", [])]
+    title = notebook.cells[0]
+    lines = title.source.splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith("# "))
+    lines[heading] += " (learner version)"
+    lines.insert(heading + 1, "\n" + NOTE.format(name=name))
+    title.source = "\n".join(lines)
+    return notebook
+
+
+def write_learner_version(lab_path: Path) -> Path:
+    out = learner_path(lab_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(learner_version(nbformat.read(lab_path, as_version=4), lab_path.name), out)
+    normalise(out)  # its own Colab badge, no outputs
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("labs", nargs="*", type=Path)
+    args = parser.parse_args()
+    for lab in [p.resolve() for p in args.labs] or sorted((ROOT / "labs").glob("*.ipynb")):
+        print(f"wrote {write_learner_version(lab).relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
