@@ -139,7 +139,8 @@ def runs_table(runs: Sequence[LoadTestRun], pooled: bool = False) -> list[dict[s
     for seqs, group in group_by_setting(runs).items():
         summaries = [run.summary() for run in group]
         if pooled:
-            rows.append({"max_num_seqs": seqs, "run": f"{len(group)} run{'s' * (len(group) != 1)}", **pool_summaries(summaries)})
+            label = f"{len(group)} run{'s' * (len(group) != 1)}"
+            rows.append({"max_num_seqs": seqs, "run": label, **pool_summaries(summaries)})
         else:
             rows += [{"max_num_seqs": seqs, "run": run.settings.get("run_tag", ""), **summary}
                      for run, summary in zip(group, summaries)]
