@@ -32,11 +32,11 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helpers.kv_capacity import blocks_for
 from helpers.loadtest_metrics import percentile, pool_summaries, summarize
 
 NEAR_LINEAR = 0.875  # of the linear speed-up (7x of 8x) counts as near-linear
@@ -291,7 +291,7 @@ def _kv_text(kv, request_tokens, max_model_len, high_seqs) -> str:
     need = sum(request_tokens)
     n = len(request_tokens)
     if block:
-        need_blocks = sum(math.ceil(t / block) for t in request_tokens)
+        need_blocks = sum(blocks_for(t, block) for t in request_tokens)
         capacity = int(kv.get("num_blocks") or pool // block)
         text += (f". All {n} requests at once need {need:,} tokens, {need_blocks:,} blocks "
                  f"({need_blocks / capacity:.0%} of the pool; a request's last block is partly empty)")
@@ -405,7 +405,7 @@ def kv_blocks_needed(records: Sequence[Any], block_size: int) -> int:
     >>> kv_blocks_needed([R(ok=True, prompt_tokens=30, output_tokens=64)] * 2, 16)
     12
     """
-    return sum(math.ceil(((r.prompt_tokens or 0) + (r.output_tokens or 0)) / block_size) for r in records if r.ok)
+    return sum(blocks_for((r.prompt_tokens or 0) + (r.output_tokens or 0), block_size) for r in records if r.ok)
 
 
 def check_kv_blocks(answer: Any, records: Sequence[Any], block_size: int) -> bool:

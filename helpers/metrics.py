@@ -145,15 +145,20 @@ def _headers(server: Any) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def metrics_text(server: Any, timeout: float) -> str:
+    """The server's ``/metrics`` page, with a blocking GET (raises OSError if it fails)."""
+    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.read().decode()
+
+
 def scrape(server: Any, timeout: float = 5.0) -> MetricsSample:
     """One sample now, with a blocking GET (for cells outside any load; ``t_s`` is 0).
 
     >>> scrape(server).num_requests_running  # doctest: +SKIP
     0
     """
-    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return MetricsSample.from_text(response.read().decode())
+    return MetricsSample.from_text(metrics_text(server, timeout))
 
 
 def cache_config_labels(text: str) -> dict[str, str]:
@@ -172,9 +177,7 @@ def cache_config_labels(text: str) -> dict[str, str]:
 
 def cache_config_info(server: Any, timeout: float = 10.0) -> dict[str, str]:
     """:func:`cache_config_labels` of a running server, with a blocking GET (raises OSError if it fails)."""
-    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return cache_config_labels(response.read().decode())
+    return cache_config_labels(metrics_text(server, timeout))
 
 
 async def poll_metrics(
