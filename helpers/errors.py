@@ -7,6 +7,11 @@ class CourseError(Exception):
     """Base of every error the helpers raise on purpose."""
 
 
+class InvalidArgumentError(CourseError, ValueError):
+    """A helper was called with a value it cannot use (a count of 0, NaN seconds, ...); raised
+    before any work starts, with what was given and what to pass instead (see helpers.validate)."""
+
+
 class ConfigError(CourseError, ValueError):
     """A server setting is invalid; raised before anything is launched."""
 

@@ -52,6 +52,8 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Protocol
 
+from helpers import validate
+
 LAB_PROMPT_LENS = (16, 64, 256, 512)  # tokens of message text, cycled over the requests
 DEFAULT_NUM_REQUESTS = 50
 DEFAULT_OUTPUT_TOKENS = 64  # CPU: 64 keeps the whole 8-vs-64 lab within a few minutes
@@ -79,6 +81,7 @@ class ServerTokenizer:
     """
 
     def __init__(self, url: str, model: str, api_key: str = "not-needed", timeout_s: float = 30.0) -> None:
+        timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
         self.url, self.model, self.api_key, self.timeout_s = url.rstrip("/"), model, api_key, timeout_s
 
     @classmethod
@@ -130,6 +133,11 @@ class RequestSpec:
     max_tokens: int  # output tokens; exact, because ignore_eos is sent
     system: str | None = None  # a system message sent before the user message (None: none)
 
+    def __post_init__(self) -> None:
+        validate.non_negative_int(self.index, "index")
+        validate.non_negative_int(self.prompt_tokens, "prompt_tokens")
+        validate.positive_int(self.max_tokens, "max_tokens", hint="It is the number of tokens to generate.")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -161,15 +169,29 @@ def build_workload(
     text each prompt is cut from; ``run_tag`` (default: random) opens every prompt, e.g.
     ``"(3f9a/17) the object's ..."``, so two workloads never share a prefix.
 
+    Every argument is checked before any text is tokenized: ``num_requests``,
+    ``output_tokens`` and each prompt length must be positive integers, ``seed`` an integer of
+    0 or more, and, when ``tokenizer`` is a server started with a ``max_model_len``, the
+    longest prompt plus ``output_tokens`` must fit in it; otherwise ``ValueError``
+    (:class:`helpers.errors.InvalidArgumentError`) says what to pass instead.
+
     >>> w = build_workload(server, num_requests=5, seed=0)         # doctest: +SKIP
     >>> [r.prompt_tokens for r in w.requests], w.requests[0].prompt[:22]  # doctest: +SKIP
     ([16, 64, 256, 512, 16], '(3f9a/0) in the form ')
     """
+    num_requests = validate.positive_int(num_requests, "num_requests", hint="It is how many requests to send.")
+    output_tokens = validate.positive_int(output_tokens, "output_tokens",
+                                          hint="It is how many tokens each request generates.")
+    lens = validate.positive_ints(prompt_lens, "prompt_lens", hint="Prompt lengths are in tokens.")
+    seed = validate.non_negative_int(seed, "seed")
+    tag = _check_run_tag(run_tag)
+    validate.fits_context(max(lens) + output_tokens, validate.context_length(tokenizer),
+                          f"the longest prompt ({max(lens)} tokens) plus output_tokens={output_tokens}",
+                          "Pass fewer output_tokens or shorter prompt_lens (the chat template adds about 30 "
+                          "tokens more), or start the server with a larger max_model_len.")
     if not hasattr(tokenizer, "encode"):
         tokenizer = ServerTokenizer.of(tokenizer)
-    assert num_requests >= 1 and output_tokens >= 1, (num_requests, output_tokens)
-    lens = tuple(int(n) for n in prompt_lens)
-    tag = run_tag if run_tag is not None else uuid.uuid4().hex[:4]
+    tag = tag if tag is not None else uuid.uuid4().hex[:4]
     corpus_ids = _corpus_ids(tokenizer, max(lens))
     rng = random.Random(seed)
     requests = []
@@ -181,11 +203,21 @@ def build_workload(
     return Workload(tuple(requests), lens, output_tokens, seed, tag)
 
 
+def _check_run_tag(run_tag: Any) -> str | None:
+    if run_tag is not None and (not isinstance(run_tag, str) or not run_tag.strip()):
+        raise validate.InvalidArgumentError(
+            f"run_tag must be a non-empty string, or None for a random one, got {run_tag!r}.")
+    return run_tag
+
+
 def _corpus_ids(tokenizer: Tokenizer, longest: int) -> list[int]:
     # Enough text for every prompt to start anywhere in it; 4 characters a token is generous.
     chars = max(60_000, 40 * longest)
     ids = tokenizer.encode(corpus_text()[:chars])
-    assert len(ids) > 2 * longest, f"the corpus gave only {len(ids)} tokens"
+    if len(ids) <= 2 * longest:  # a prompt longer than the text can give (the caller's length, not a bug)
+        raise validate.InvalidArgumentError(
+            f"a prompt of {longest:,} tokens is too long for the course's text ({len(ids):,} tokens with this "
+            f"tokenizer; prompts may be at most {max(1, (len(ids) - 1) // 2):,}). Pass shorter prompt lengths.")
     return ids
 
 
@@ -194,8 +226,14 @@ def _prompt_of_exact_length(tokenizer: Tokenizer, head: str, corpus_ids: list[in
 
     Decoding a slice and encoding it again can merge or split tokens at the seams, so the
     count is checked with the tokenizer and the slice corrected; two rounds usually suffice.
+    A ``target`` shorter than ``head`` itself cannot be met: ``ValueError``.
     """
-    body_len = max(0, target - len(tokenizer.encode(head)))
+    head_len = len(tokenizer.encode(head))
+    if target < head_len:
+        raise validate.InvalidArgumentError(
+            f"a {target}-token prompt cannot hold its {head_len}-token opening {head.strip()!r} (the run tag and "
+            f"the request's index); pass a length of at least {head_len}.")
+    body_len = max(0, target - head_len)
     best: tuple[int, str] | None = None  # (tokens, text) of the longest text not over target
     for _ in range(12):
         text = head + tokenizer.decode(corpus_ids[start:start + body_len])
@@ -248,7 +286,10 @@ async def send_request(client: Any, model: str, spec: RequestSpec, run_start: fl
     """Send one streamed chat completion; return its record. Never raises (except on cancel).
 
     ``client`` is an ``openai.AsyncOpenAI``; ``run_start`` a ``time.perf_counter()`` value.
+    A ``timeout_s`` that is not a positive, finite number of seconds is refused (``ValueError``)
+    before anything is sent.
     """
+    timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
     record = RequestRecord(index=spec.index, prompt_len=spec.prompt_tokens)
     arrivals: list[float] = []  # perf_counter() at each network read
     chunks: list[bytes] = []
@@ -380,6 +421,8 @@ def make_client(target: Any, max_connections: int, timeout_s: float = DEFAULT_TI
 
     No retries: a failed request must show up as an error, not as a slow success.
     """
+    max_connections = validate.positive_int(max_connections, "max_connections")
+    timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
     import openai
 
     # The Limits class of whichever HTTP library this openai version is built on (httpx or httpx2).
@@ -404,16 +447,30 @@ async def run_load_test(
     """Send every request of ``workload`` to ``target``; return the run with one record each.
 
     ``target``: a VLLMServer or an :class:`Endpoint`. ``concurrency``: most requests in
-    flight at once (default: all of them, i.e. all sent at t=0). Bounded in time: each
-    request gives up after ``timeout_s``. In a notebook: ``run = await run_load_test(...)``;
-    in a script: ``asyncio.run(run_load_test(...))``.
+    flight at once, a positive integer (None, the default: all of them, i.e. all sent at
+    t=0; 0 is an error, not "all"). Bounded in time: each request gives up after
+    ``timeout_s`` (a positive, finite number of seconds). A request too long for the
+    server's ``max_model_len`` (where the target knows it) is refused before anything is
+    sent. In a notebook: ``run = await run_load_test(...)``; in a script:
+    ``asyncio.run(run_load_test(...))``.
     """
     from tqdm.auto import tqdm
 
     from helpers.hardware import describe_machine
 
+    concurrency = validate.optional_positive_int(concurrency, "concurrency", none_means="every request at once")
+    timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds",
+                                         hint="It is how long each request may take before it counts as failed.")
+    if not getattr(workload, "requests", None):
+        raise validate.InvalidArgumentError(
+            f"the workload has no requests (got {workload!r:.80}); make one with "
+            "build_workload(server, num_requests=...).")
+    longest = max(workload.requests, key=lambda spec: spec.prompt_tokens + spec.max_tokens)
+    validate.fits_context(longest.prompt_tokens + longest.max_tokens, validate.context_length(target),
+                          f"request {longest.index} ({longest.prompt_tokens} prompt + {longest.max_tokens} "
+                          "output tokens)", "Build the workload with fewer output_tokens or shorter prompts.")
     in_flight = min(concurrency or len(workload.requests), len(workload.requests))
-    assert in_flight >= 1, "concurrency must be at least 1"
+    assert in_flight >= 1  # the checks above guarantee it
     max_connections = in_flight + POOL_HEADROOM
     assert in_flight < max_connections  # the client's pool never limits the load (GPU doc, pitfall 6)
     server = server_facts(target)

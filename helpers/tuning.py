@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import random
 import struct
 import uuid
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from helpers import validate
 from helpers.kv_math import kv_bytes_per_token
 from helpers.loadtest import (
     DEFAULT_TIMEOUT_S,
@@ -130,8 +132,12 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
 
     In a notebook: ``m = await measure(server, workload, lever="KV pool", setting="2 GiB")``.
     Counters (preemptions, prefix-cache hits) are differences over the run, so a server can
-    serve several measurements in a row.
+    serve several measurements in a row. ``interval_s`` and ``timeout_s`` must be positive,
+    finite numbers of seconds (``ValueError`` otherwise, before anything is sent).
     """
+    interval_s = validate.positive_number(interval_s, "interval_s", unit="seconds",
+                                          hint="It is how often /metrics is polled, e.g. 0.25.")
+    timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
     label = f"{lever}: {setting}"
     others = other_vllm_servers(server)
     run, samples = await watch(run_load_test(server, workload, label=label, timeout_s=timeout_s,
@@ -187,10 +193,26 @@ def shared_prefix_workload(
     run's cache. Each user message (``question_tokens`` tokens) opens with the tag and its own
     index, so no two requests share more than the system prompt and the chat template.
     ``tokenizer``: a :class:`~helpers.loadtest.Tokenizer` or a server (its own tokenizer).
+    Counts must be positive integers (``system_tokens`` above 8: the system prompt's opening
+    words take about that many), ``seed`` 0 or more, and system prompt + question + output
+    must fit a server's ``max_model_len``; otherwise ``ValueError`` says what to pass.
     """
+    num_requests = validate.positive_int(num_requests, "num_requests")
+    system_tokens = validate.int_above(system_tokens, "system_tokens", 8,
+                                       hint="The system prompt's opening words take about 8 tokens.")
+    question_tokens = validate.positive_int(question_tokens, "question_tokens")
+    output_tokens = validate.positive_int(output_tokens, "output_tokens")
+    seed = validate.non_negative_int(seed, "seed")
+    if run_tag is not None and (not isinstance(run_tag, str) or not run_tag.strip()):
+        raise validate.InvalidArgumentError(
+            f"run_tag must be a non-empty string, or None for a random one, got {run_tag!r}.")
+    validate.fits_context(system_tokens + question_tokens + output_tokens, validate.context_length(tokenizer),
+                          f"system_tokens={system_tokens} + question_tokens={question_tokens} + "
+                          f"output_tokens={output_tokens}",
+                          "Pass a shorter system prompt or fewer output tokens (the chat template adds about 30 "
+                          "tokens more), or start the server with a larger max_model_len.")
     if not hasattr(tokenizer, "encode"):
         tokenizer = ServerTokenizer.of(tokenizer)
-    assert num_requests >= 1 and output_tokens >= 1 and system_tokens > 8, (num_requests, system_tokens)
     tag = run_tag if run_tag is not None else uuid.uuid4().hex[:4]
     corpus = _corpus_ids(tokenizer, max(system_tokens, question_tokens))
     rng = random.Random(seed)
@@ -213,6 +235,9 @@ def ideal_prefix_hits(num_requests: int, shared_tokens: int, block_size: int) ->
     >>> ideal_prefix_hits(12, 560, 128)   # 4 full blocks of 128 shared by 11 later requests
     5632
     """
+    num_requests = validate.non_negative_int(num_requests, "num_requests")
+    shared_tokens = validate.non_negative_int(shared_tokens, "shared_tokens")
+    block_size = validate.positive_int(block_size, "block_size", hint="vLLM's blocks hold e.g. 16 or 128 tokens.")
     return max(0, num_requests - 1) * (shared_tokens // block_size) * block_size
 
 
@@ -239,7 +264,9 @@ def shared_prefix_tokens(server: Any, workload: Workload) -> int:
 
 def blocks_per_request(measurement: Measurement, block_size: int) -> list[int]:
     """KV blocks each successful request held at its longest: prompt (with the chat template,
-    as the server counted it) plus every output token, in whole blocks."""
+    as the server counted it) plus every output token, in whole blocks. Failed requests are
+    left out (their token counts are incomplete)."""
+    block_size = validate.positive_int(block_size, "block_size", hint="vLLM's blocks hold e.g. 16 or 128 tokens.")
     return [-(-((r.prompt_tokens or 0) + (r.output_tokens or 0)) // block_size)
             for r in measurement.run.records if r.ok]
 
@@ -250,6 +277,8 @@ def fit_in_pool(blocks: Sequence[int], num_blocks: int) -> int:
     >>> fit_in_pool([1, 2, 3, 5, 1, 2, 3, 5], 18)   # 1+2+3+5+1+2+3 = 17 blocks; the next needs 5
     7
     """
+    num_blocks = validate.non_negative_int(num_blocks, "num_blocks")
+    blocks = [validate.non_negative_int(need, f"blocks[{i}]") for i, need in enumerate(blocks)]
     used = count = 0
     for need in blocks:
         if used + need > num_blocks:
@@ -293,8 +322,11 @@ def describe_ratio(ratio: float | None, what: str, noise: float = NOISE) -> str:
     ('throughput 1.80x (up 80%)', 'p95 latency 0.50x (down 50%)')
     >>> describe_ratio(1.1, "throughput")
     'throughput 1.10x (within the run-to-run noise of about 25%)'
+    >>> describe_ratio(None, "p95 latency")
+    'p95 latency: not measured'
     """
-    if ratio is None:
+    noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
+    if ratio is None or not math.isfinite(ratio):
         return f"{what}: not measured"
     if abs(ratio - 1) < noise:
         return f"{what} {ratio:.2f}x (within the run-to-run noise of about {noise:.0%})"
@@ -321,6 +353,7 @@ def describe_change(before: Measurement, after: Measurement) -> str:
 LLAMA_31_8B = {"vocab_size": 128256, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                "num_key_value_heads": 8, "intermediate_size": 14336, "tie_word_embeddings": False}
 BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}  # int4 leaves out its per-group scales
+_CONFIG_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
 
 
 def count_parameters(config: Mapping[str, Any]) -> int:
@@ -332,11 +365,14 @@ def count_parameters(config: Mapping[str, Any]) -> int:
     8030261248
     """
     config = config.get("text_config") or config
-    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
-    heads = int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
-    vocab, mlp = int(config["vocab_size"]), int(config["intermediate_size"])
+    missing = [key for key in _CONFIG_KEYS if key not in config]
+    if missing:
+        raise validate.InvalidArgumentError(
+            f"the model config has no {', '.join(missing)}; pass a Llama-style config.json as a dict "
+            "(helpers.kv_math.load_config reads one).")
+    hidden, layers, heads, vocab, mlp = (validate.positive_int(config[key], f"config[{key!r}]") for key in _CONFIG_KEYS)
+    kv_heads = validate.positive_int(config.get("num_key_value_heads") or heads, "config['num_key_value_heads']")
+    head_dim = validate.positive_int(config.get("head_dim") or hidden // heads, "config['head_dim']")
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q and o, k and v
     per_layer = attention + 3 * hidden * mlp + 2 * hidden
     embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
@@ -382,7 +418,19 @@ def memory_rows(config: Mapping[str, Any], budget_gib: float, *, overhead_gib: f
     >>> rows = memory_rows(LLAMA_31_8B, 22.0, weights=("bf16", "fp8"), kv_dtypes=("bf16",))
     >>> [(r.weights, round(r.weight_gib, 1), round(r.kv_gib, 1)) for r in rows]
     [('bf16', 15.0, 6.0), ('fp8', 7.5, 13.5)]
+
+    ``budget_gib`` must be a positive, finite number, ``overhead_gib`` 0 or more,
+    ``request_len`` a positive integer within the model's ``max_position_embeddings`` (when
+    the config has one), and every precision one of :data:`BYTES_PER_WEIGHT`.
     """
+    budget_gib = validate.positive_number(budget_gib, "budget_gib", unit="GiB")
+    overhead_gib = validate.non_negative_number(overhead_gib, "overhead_gib", unit="GiB")
+    request_len = validate.positive_int(request_len, "request_len", hint="It is a request's length in tokens.")
+    context = (config.get("text_config") or config).get("max_position_embeddings")
+    validate.fits_context(request_len, context if isinstance(context, int) and context > 0 else None,
+                          f"request_len={request_len}", "Pass a request length the model supports.")
+    weights = [validate.one_of(w, "weights", BYTES_PER_WEIGHT) for w in weights]
+    kv_dtypes = [validate.one_of(d, "kv_dtypes", BYTES_PER_WEIGHT) for d in kv_dtypes]
     params = count_parameters(config)
     rows = []
     for kv_dtype in kv_dtypes:
@@ -397,6 +445,7 @@ def memory_rows(config: Mapping[str, Any], budget_gib: float, *, overhead_gib: f
 
 def memory_table(rows: Sequence[MemoryRow], request_len: int = 2048) -> str:
     """The rows as a Markdown table."""
+    request_len = validate.positive_int(request_len, "request_len")
     lines = ["| weights | KV cache | weights, GiB | left for KV, GiB | KV tokens | "
              f"requests of {request_len:,} tokens |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -441,6 +490,7 @@ def checklist(pairs: Sequence[tuple[Measurement, Measurement]], noise: float = N
     and a verdict computed from the throughput and p95 ratios (changes under ``noise`` are
     called noise; runs during which another vLLM server ran are marked less reliable).
     """
+    noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
     lines = ["| lever | before -> after | output tok/s | p95 end-to-end s | TTFT p50 s | KV tokens | "
              "peak running | preemptions | prefix-cache hits | other vLLM servers | verdict from this run |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import psutil
 
-from helpers.errors import NotEnoughMemoryError, PortInUseError, ServerStartError
-from helpers.loadtest import DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, build_workload, run_load_test
+from helpers import validate
+from helpers.errors import InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
+from helpers.loadtest import (DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, LAB_PROMPT_LENS, build_workload,
+                              run_load_test)
 from helpers.paths import build_dir
 from helpers.results import format_table, load_runs, runs_table, save_run
 from helpers.server import start_server
@@ -39,9 +41,30 @@ def other_vllm_servers() -> int:
     return count
 
 
+def check_settings(settings: list[int], repetitions: int, num_requests: int, output_tokens: int,
+                   max_model_len: int | None = None) -> None:
+    """Refuse settings that could not make a sweep, before any server starts (``ValueError``).
+
+    ``max_model_len``: the servers' context length, when known; the lab's longest prompt plus
+    ``output_tokens`` must fit in it.
+    """
+    if not settings:
+        raise InvalidArgumentError("settings must list at least one max_num_seqs value, got none.")
+    for value in settings:
+        validate.positive_int(value, "each max_num_seqs setting", hint="e.g. --settings 1 8 64.")
+    validate.positive_int(repetitions, "repetitions", hint="It is how many load tests run per server start.")
+    validate.positive_int(num_requests, "num_requests")
+    validate.positive_int(output_tokens, "output_tokens")
+    validate.fits_context(max(LAB_PROMPT_LENS) + output_tokens, max_model_len,
+                          f"the lab's longest prompt ({max(LAB_PROMPT_LENS)} tokens) plus "
+                          f"output_tokens={output_tokens}", "Pass fewer --output-tokens.")
+
+
 def measure(max_num_seqs: int, repetitions: int, num_requests: int, output_tokens: int, out: Path,
             attempts: int = 2) -> list[Path]:
     """Start a server, run the load test `repetitions` times with fresh prompts, stop it."""
+    check_settings([max_num_seqs], repetitions, num_requests, output_tokens)
+    attempts = validate.positive_int(attempts, "attempts")
     for attempt in range(1, attempts + 1):
         others = other_vllm_servers()
         try:
@@ -70,14 +93,42 @@ def measure(max_num_seqs: int, repetitions: int, num_requests: int, output_token
     return paths
 
 
+def _positive_int_arg(text: str) -> int:
+    """argparse type: a positive integer; argparse names the option in its message when it is not."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _default_max_model_len() -> int | None:
+    """The context length start_server() gives a server when none is passed (None if unknown)."""
+    try:
+        from helpers.server_config import ServerConfig
+
+        return int(ServerConfig.__dataclass_fields__["max_model_len"].default)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--settings", type=int, nargs="+", default=list(SETTINGS), help="max_num_seqs values")
-    parser.add_argument("--repetitions", type=int, default=2, help="load tests per server start (fresh prompts)")
-    parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS)
-    parser.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS)
+    parser.add_argument("--settings", type=_positive_int_arg, nargs="+", default=list(SETTINGS),
+                        help="max_num_seqs values")
+    parser.add_argument("--repetitions", type=_positive_int_arg, default=2,
+                        help="load tests per server start (fresh prompts)")
+    parser.add_argument("--num-requests", type=_positive_int_arg, default=DEFAULT_NUM_REQUESTS)
+    parser.add_argument("--output-tokens", type=_positive_int_arg, default=DEFAULT_OUTPUT_TOKENS)
     parser.add_argument("--out", type=Path, default=None, help="folder for the JSON files (default build/lab/sweep)")
     args = parser.parse_args(argv)
+    try:
+        check_settings(args.settings, args.repetitions, args.num_requests, args.output_tokens,
+                       _default_max_model_len())
+    except InvalidArgumentError as error:
+        parser.error(str(error))
     out = args.out or build_dir("lab", "sweep")
     out.mkdir(parents=True, exist_ok=True)
     print(f"sweep {args.settings} x {args.repetitions} runs -> {out}; other vLLM servers now: "

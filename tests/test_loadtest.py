@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +27,7 @@ from helpers.loadtest import (
     ServerTokenizer,
     Workload,
     build_workload,
+    make_client,
     run_load_test,
 )
 from helpers.loadtest_metrics import summarize
@@ -210,6 +213,79 @@ def test_prompts_are_real_text_not_random_tokens():
     assert sum(w.lower() in common for w in words) > len(words) / 20
 
 
+class ServerLikeTokenizer(WordTokenizer):
+    """A tokenizer that knows its server's context length, as a VLLMServer does (config.max_model_len)."""
+
+    def __init__(self, max_model_len: int) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(max_model_len=max_model_len)
+
+
+BAD_COUNTS = [0, -3, 2.5, True, math.nan, math.inf, "5"]
+
+
+@pytest.mark.parametrize("name", ["num_requests", "output_tokens"])
+@pytest.mark.parametrize("value", BAD_COUNTS, ids=repr)
+def test_workload_counts_must_be_positive_integers_and_the_error_says_which(name, value):
+    # before: 0 -> AssertionError: (4, 0), gone under python -O; 2.5 or inf -> TypeError deep in range()
+    with pytest.raises(ValueError, match=rf"^{name} must be a positive integer, got {re.escape(repr(value))}"):
+        build_workload(WordTokenizer(), **{name: value})
+
+
+@pytest.mark.parametrize("prompt_lens", [(), (16, 0), (16, -4), (16, 2.5), (16, math.nan), "16"], ids=repr)
+def test_prompt_lengths_must_be_positive_integers(prompt_lens):
+    # before: 2.5 was silently cut to 2, "16" read as lengths 1 and 6, 0 ended in an AssertionError
+    with pytest.raises(ValueError, match=r"prompt_lens(\[\d\])? must be"):
+        build_workload(WordTokenizer(), num_requests=2, prompt_lens=prompt_lens)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, math.nan], ids=repr)
+def test_the_seed_must_be_a_non_negative_integer(seed):
+    with pytest.raises(ValueError, match=r"^seed must be an integer of 0 or more"):
+        build_workload(WordTokenizer(), num_requests=2, seed=seed)
+
+
+def test_a_workload_too_long_for_the_servers_context_is_refused_before_any_prompt_is_made():
+    with pytest.raises(ValueError, match=r"longest prompt \(512 tokens\) plus output_tokens=2000 is 2,512 tokens, "
+                                         r"more than the model's context \(max_model_len=2,048\)"):
+        build_workload(ServerLikeTokenizer(2048), num_requests=4, output_tokens=2000)
+    assert len(build_workload(ServerLikeTokenizer(2048), num_requests=4, output_tokens=64).requests) == 4
+
+
+def test_a_prompt_longer_than_the_courses_text_is_a_value_error_not_an_assertion():
+    with pytest.raises(ValueError, match=r"a prompt of 200,000 tokens is too long for the course's text"):
+        build_workload(WordTokenizer(), num_requests=1, prompt_lens=(200_000,))
+
+
+def test_a_prompt_shorter_than_its_opening_tag_says_how_long_it_must_be():
+    with pytest.raises(ValueError, match=r"a 2-token prompt cannot hold its 3-token opening .*at least 3"):
+        build_workload(WordTokenizer(), num_requests=1, prompt_lens=(2,), run_tag="a b c")
+
+
+@pytest.mark.parametrize("run_tag", ["", "  ", 7], ids=repr)
+def test_the_run_tag_must_be_a_non_empty_string(run_tag):
+    with pytest.raises(ValueError, match="run_tag must be a non-empty string"):
+        build_workload(WordTokenizer(), num_requests=1, run_tag=run_tag)
+
+
+@pytest.mark.parametrize("field, value", [("max_tokens", 0), ("max_tokens", 2.5), ("prompt_tokens", -1),
+                                          ("index", -1)])
+def test_a_hand_made_request_spec_is_checked_too(field, value):
+    fields = {"index": 0, "prompt": "hello", "prompt_tokens": 1, "max_tokens": 4, field: value}
+    with pytest.raises(ValueError, match=rf"^{field} must be"):
+        RequestSpec(**fields)
+
+
+def test_the_tokenizer_and_the_client_refuse_a_timeout_that_is_not_a_positive_number():
+    for bad in (0, -1, math.nan, math.inf):
+        with pytest.raises(ValueError, match="timeout_s must be a positive, finite number of seconds"):
+            ServerTokenizer("http://127.0.0.1:9", "m", timeout_s=bad)
+        with pytest.raises(ValueError, match="timeout_s must be a positive, finite number of seconds"):
+            make_client(Endpoint("http://127.0.0.1:9", "m"), 4, timeout_s=bad)
+    with pytest.raises(ValueError, match="max_connections must be a positive integer, got 0"):
+        make_client(Endpoint("http://127.0.0.1:9", "m"), 0)
+
+
 # ----- one request and a run, against the fake server --------------------------------------------
 def test_a_streamed_request_records_usage_ttft_and_gaps_between_tokens():
     with FakeServer(ttft_s=0.2, gap_s=0.02) as fake:
@@ -270,6 +346,39 @@ def test_default_concurrency_sends_every_request_at_once():
         result = run(run_load_test(fake.endpoint("ok"), toy_workload(10), progress=False))
     assert fake.peak_in_flight == 10
     assert max(r.send_s for r in result.records) < 0.25
+
+
+@pytest.mark.parametrize("concurrency", [0, -3, 2.5, True, math.nan, "4"], ids=repr)
+def test_concurrency_zero_or_negative_or_fractional_is_an_error_not_all_at_once(concurrency):
+    # before: 0 meant "all at once", -3 an AssertionError that vanishes under python -O
+    with FakeServer() as fake:
+        with pytest.raises(ValueError, match=r"^concurrency must be a positive integer, or None for every request "
+                                             rf"at once, got {re.escape(repr(concurrency))}"):
+            run(run_load_test(fake.endpoint("ok"), toy_workload(3), concurrency=concurrency, progress=False))
+    assert fake.peak_in_flight == 0  # refused before anything was sent
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1.0, math.nan, math.inf, True], ids=repr)
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused_before_sending(timeout_s):
+    with FakeServer() as fake:
+        with pytest.raises(ValueError, match=r"^timeout_s must be a positive, finite number of seconds"):
+            run(run_load_test(fake.endpoint("ok"), toy_workload(3), timeout_s=timeout_s, progress=False))
+    assert fake.peak_in_flight == 0
+
+
+def test_an_empty_workload_is_refused_with_a_hint():
+    with pytest.raises(ValueError, match=r"the workload has no requests.*build_workload"):
+        run(run_load_test(Endpoint("http://127.0.0.1:9", "x"), Workload((), (3,), 5, 0, "empty"), progress=False))
+
+
+def test_requests_too_long_for_the_servers_context_are_refused_before_sending():
+    with FakeServer() as fake:
+        target = SimpleNamespace(url=fake.url, base_url=f"{fake.url}/v1", model_name="ok",
+                                 config=SimpleNamespace(max_model_len=6))
+        with pytest.raises(ValueError, match=r"request 0 \(3 prompt \+ 5 output tokens\) is 8 tokens, more than "
+                                             r"the model's context \(max_model_len=6\)"):
+            run(run_load_test(target, toy_workload(2, max_tokens=5), progress=False))
+    assert fake.peak_in_flight == 0
 
 
 # ----- against the real vLLM server ------------------------------------------------------------------

@@ -258,3 +258,78 @@ def test_context_points_are_drawn_but_left_out_of_the_tradeoff_title():
     fig = plot_tradeoff(points, context=[slow])
     assert "tiny pool" not in fig._suptitle.get_text()
     assert len(fig.axes[0].lines) == 3
+
+
+# ----- caller input: a clear ValueError, never an assert or a ZeroDivisionError -----------------------
+@pytest.mark.parametrize("name, value, message", [
+    ("num_requests", 0, r"^num_requests must be a positive integer, got 0\."),
+    ("num_requests", 2.5, r"^num_requests must be a positive integer, got 2\.5\."),
+    ("system_tokens", 8, r"^system_tokens must be an integer above 8, got 8\. The system prompt's opening words"),
+    ("system_tokens", float("inf"), r"^system_tokens must be an integer above 8, got inf\."),
+    ("question_tokens", 0, r"^question_tokens must be a positive integer, got 0\."),
+    ("output_tokens", -1, r"^output_tokens must be a positive integer, got -1\."),
+    ("output_tokens", float("nan"), r"^output_tokens must be a positive integer, got nan\."),
+    ("seed", True, r"^seed must be an integer of 0 or more, got True \(a bool\)\."),
+])
+def test_shared_prefix_workload_refuses_bad_counts_by_name(name, value, message):
+    # before: AssertionError: (0, 512) for some (gone under python -O), TypeError or silence for others
+    with pytest.raises(ValueError, match=message):
+        shared_prefix_workload(WordTokenizer(), **{name: value})
+
+
+def test_shared_prefix_workload_refuses_a_load_longer_than_the_servers_context():
+    tokenizer = WordTokenizer()
+    tokenizer.config = type("Config", (), {"max_model_len": 256})()
+    with pytest.raises(ValueError, match=r"system_tokens=512 \+ question_tokens=24 \+ output_tokens=8 is 544 tokens, "
+                                         r"more than the model's context \(max_model_len=256\)"):
+        shared_prefix_workload(tokenizer)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ideal_prefix_hits(12, 560, 0), r"^block_size must be a positive integer, got 0\."),
+    (lambda: ideal_prefix_hits(-1, 560, 128), r"^num_requests must be an integer of 0 or more, got -1\."),
+    (lambda: ideal_prefix_hits(12, 560.5, 128), r"^shared_tokens must be an integer of 0 or more, got 560\.5\."),
+    (lambda: fit_in_pool([1, 2], -1), r"^num_blocks must be an integer of 0 or more, got -1\."),
+    (lambda: fit_in_pool([1, -2], 8), r"^blocks\[1\] must be an integer of 0 or more, got -2\."),
+    (lambda: describe_ratio(1.5, "throughput", noise=-0.1), r"^noise must be a finite number of 0 or more"),
+    (lambda: describe_ratio(1.5, "throughput", noise=float("nan")), r"^noise must be a finite number of 0 or more"),
+    (lambda: memory_rows(LLAMA_31_8B, 0), r"^budget_gib must be a positive, finite number of GiB, got 0\."),
+    (lambda: memory_rows(LLAMA_31_8B, float("nan")), r"^budget_gib must be a positive, finite number of GiB, got nan"),
+    (lambda: memory_rows(LLAMA_31_8B, float("inf")), r"^budget_gib must be a positive, finite number of GiB, got inf"),
+    (lambda: memory_rows(LLAMA_31_8B, 22.0, overhead_gib=-1), r"^overhead_gib must be a finite number of 0 or more"),
+    (lambda: memory_rows(LLAMA_31_8B, 22.0, request_len=0), r"^request_len must be a positive integer, got 0\."),
+    (lambda: memory_rows(LLAMA_31_8B, 22.0, request_len=2.5), r"^request_len must be a positive integer, got 2\.5\."),
+    (lambda: memory_rows(LLAMA_31_8B, 22.0, weights=("fp4",)), r"^weights must be one of 'bf16', 'fp8', 'int4', got 'fp4'"),
+    (lambda: memory_rows(LLAMA_31_8B, 22.0, kv_dtypes=("int8",)), r"^kv_dtypes must be one of"),
+    (lambda: memory_rows({**LLAMA_31_8B, "max_position_embeddings": 2048}, 22.0, request_len=4096),
+     r"^request_len=4096 is 4,096 tokens, more than the model's context \(max_model_len=2,048\)"),
+    (lambda: memory_table([], request_len=0), r"^request_len must be a positive integer, got 0\."),
+    (lambda: count_parameters({**SMOLLM2, "num_attention_heads": 0}),
+     r"^config\['num_attention_heads'\] must be a positive integer, got 0\."),
+    (lambda: count_parameters({key: v for key, v in SMOLLM2.items() if key != "hidden_size"}),
+     r"^the model config has no hidden_size"),
+])
+def test_tuning_arithmetic_refuses_impossible_inputs_by_name(call, message):
+    # before: ZeroDivisionError (block_size 0, request_len 0, no heads), KeyError ("fp4"), a NaN turned into a
+    # "cannot convert float NaN to integer", or a silent answer for a negative count or noise
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("name, value", [("interval_s", 0), ("interval_s", float("nan")), ("timeout_s", -1),
+                                         ("timeout_s", float("inf"))])
+def test_measure_refuses_bad_seconds_before_touching_the_server(name, value):
+    import asyncio
+
+    from helpers.tuning import measure
+
+    workload = shared_prefix_workload(WordTokenizer(), num_requests=1, system_tokens=20)
+    with pytest.raises(ValueError, match=rf"^{name} must be a positive, finite number of seconds"):
+        asyncio.run(measure(object(), workload, lever="x", setting="y", **{name: value}))
+
+
+def test_blocks_per_request_refuses_a_block_size_of_zero():
+    from helpers.tuning import blocks_per_request
+
+    with pytest.raises(ValueError, match=r"^block_size must be a positive integer, got 0\."):
+        blocks_per_request(measurement("a", e2e=1.0, ttft=0.5), 0)
