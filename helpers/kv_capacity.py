@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 from matplotlib.figure import Figure
 
+from helpers.loadtest_metrics import describe_failures
 from helpers.metrics import MetricsSample, scrape
 from helpers.server_log import KVCacheReport
 
@@ -334,7 +335,8 @@ def plot_kv_usage(
     """Blocks in use on the live server over time, against the paged prediction and naive reservation.
 
     The prediction is each request's blocks at its longest, summed over requests still
-    running; the naive line is max_model_len slots per request, in blocks' worth.
+    running; the naive line is max_model_len slots per request, in blocks' worth. Failed
+    requests hold nothing in the prediction; the title counts them, with their errors.
     """
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.add_subplot()
@@ -356,12 +358,13 @@ def plot_kv_usage(
         ax.text(ok[0].finished_s, naive * 0.5, " grey lines: a reply arrives", fontsize=8, color="0.4")
     ax.set_xlabel("seconds since the requests were sent (client clock)")
     ax.set_ylabel(f"KV blocks ({block_size} tokens each)")
-    ax.set_ylim(0, naive * 1.15)
+    ax.set_ylim(0, max(naive, peak := max(used, default=0.0), 1.0) * 1.15)
     ax.legend(fontsize=8, loc="upper right")
-    peak = max(used, default=0.0)
+    failures = describe_failures(records)
     ax.set_title(
         f"The engine held at most {peak:,.0f} of {num_blocks:,} blocks for {len(ok)} requests "
-        f"(predicted {max(predicted, default=0):,}); naive reservation would hold {naive:,.0f}",
+        f"(predicted {max(predicted, default=0):,}); naive reservation would hold {naive:,.0f}"
+        + (f"\n{failures if len(failures) <= 150 else failures[:149] + '…'}" if failures else ""),
         fontsize=10,
     )
     for side in ("top", "right"):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helpers.kv_capacity import blocks_for
-from helpers.loadtest_metrics import percentile, pool_summaries, summarize
+from helpers.loadtest_metrics import describe_failures, percentile, pool_summaries, summarize
 
 NEAR_LINEAR = 0.875  # of the linear speed-up (7x of 8x) counts as near-linear
 CHANGE = 0.10  # relative change below which a latency is "about the same"
@@ -83,7 +83,9 @@ def explain(
 
     ``kv_cache``: the server's KVCacheReport as a dict; ``request_kv_tokens``: prompt +
     output tokens of each request of one run (what the KV cache must hold).
-    Missing numbers drop the findings that need them; they are never made up.
+    Missing numbers drop the findings that need them; they are never made up. Failed
+    requests (``num_errors``) get a finding of their own, first: every number here is
+    computed from the requests that succeeded.
     """
     low_seqs, high_seqs = int(low["max_num_seqs"]), int(high["max_num_seqs"])
     assert low_seqs < high_seqs, (low_seqs, high_seqs)
@@ -91,6 +93,9 @@ def explain(
     speedup = _ratio(high.get("output_tok_per_s"), low.get("output_tok_per_s"))
     explanation = Explanation(_headline(low, high, speedup, linear))
     add = explanation.findings.append
+    failed = _failed_text(low, high)
+    if failed:
+        add(Finding("failed requests", failed))
     if speedup is not None:
         add(Finding("throughput", _throughput_text(low, high, speedup, linear)))
     if low.get("e2e_p95_s") and high.get("e2e_p95_s"):
@@ -133,6 +138,12 @@ def explain_runs(runs: Sequence[Any], low_seqs: int | None = None, high_seqs: in
     )
     from helpers.results import random_weights_note  # here: results imports the load tester
 
+    failed = explanation.effect("failed requests")
+    if failed is not None:
+        reasons = [f"At {seqs}: {text}" for seqs in (low_seqs, high_seqs)
+                   if (text := describe_failures([r for run in groups[seqs] for r in run.records]))]
+        index = explanation.findings.index(failed)
+        explanation.findings[index] = Finding(failed.effect, " ".join([failed.text, *reasons]))
     note = random_weights_note(runs)
     if note is not None:
         explanation.findings.insert(0, Finding("the model", note))
@@ -140,6 +151,30 @@ def explain_runs(runs: Sequence[Any], low_seqs: int | None = None, high_seqs: in
 
 
 # ----- the findings ----------------------------------------------------------------------------
+def _failed_text(low, high) -> str | None:
+    """Failed requests of both settings in words, or None when none failed (or none were counted).
+
+    >>> print(_failed_text({"max_num_seqs": 8, "num_errors": 0}, {"max_num_seqs": 64, "num_errors": 3,
+    ...                    "num_requests": 50, "num_runs": 2}))  # doctest: +ELLIPSIS
+    3 of 100 requests failed at max_num_seqs=64 (none at 8). Failed requests add no tokens and no latencies: ...
+    """
+    parts, clean = [], []
+    for summary in (low, high):
+        errors = int(summary.get("num_errors") or 0)
+        if errors:
+            total = summary.get("num_requests")
+            total = int(round(total * (summary.get("num_runs") or 1))) if total else None
+            parts.append(f"{errors}{f' of {total}' if total else ''} requests failed at "
+                         f"max_num_seqs={summary['max_num_seqs']}")
+        else:
+            clean.append(str(summary["max_num_seqs"]))
+    if not parts:
+        return None
+    return (" and ".join(parts) + (f" (none at {clean[0]})" if clean else "")
+            + ". Failed requests add no tokens and no latencies: the numbers below describe the requests "
+            "that succeeded.")
+
+
 def _headline(low, high, speedup, linear) -> str:
     a, b = low["max_num_seqs"], high["max_num_seqs"]
     if speedup is None:

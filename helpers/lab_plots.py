@@ -24,7 +24,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.loadtest_metrics import percentile, summarize
+from helpers.loadtest_metrics import describe_failures, percentile, summarize
 
 WAIT_COLOR = "#f4a259"  # send -> first token: waiting for a slot, then prefill
 GENERATE_COLOR = "#3d5a80"  # first token -> last token: decoding
@@ -46,6 +46,11 @@ def _mark_random_weights(fig: plt.Figure, runs: Sequence[Any]) -> None:
 def setting_colors(settings: Sequence[Any]) -> dict[Any, Any]:
     cmap = plt.get_cmap("viridis")
     return {s: cmap(0.15 + 0.7 * i / max(1, len(settings) - 1)) for i, s in enumerate(settings)}
+
+
+def _failures_note(runs: Sequence[Any]) -> str | None:
+    """Failed requests of all these runs, in words ("2 of 100 requests failed: ..."), or None."""
+    return describe_failures([r for run in runs for r in run.records])
 
 
 def _ok_values(runs: Sequence[Any], attribute: str) -> list[float]:
@@ -88,7 +93,11 @@ def plot_latency_cdf(groups: dict[int, Sequence[Any]]) -> plt.Figure:
 
 def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Sequence[Any]] | None = None) -> plt.Figure:
     """Output tokens/s per setting: bar = mean of the repetitions, whisker = their range, dots = each run.
-    ``reference``: other runs (e.g. the committed reference results), drawn as hollow bars beside."""
+    ``reference``: other runs (e.g. the committed reference results), drawn as hollow bars beside.
+
+    Failed requests add no tokens; the title says how many there were and why, and a
+    setting with no successful request at all is named instead of divided by.
+    """
     fig, ax = plt.subplots(figsize=(7, 4))
     settings = list(groups)
     x = np.arange(len(settings))
@@ -114,10 +123,19 @@ def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Seque
     ax.set_ylabel("output throughput, tokens/s")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    if len(means) >= 2:
+    title = ""
+    if len(means) >= 2 and settings[0] in means and settings[-1] in means:
         a, b = settings[0], settings[-1]
-        ax.set_title(f"max_num_seqs={b} gave {means[b] / means[a]:.2f}x the throughput of {a} "
+        if means[a] > 0:
+            title = (f"max_num_seqs={b} gave {means[b] / means[a]:.2f}x the throughput of {a} "
                      f"(ideal: {b / a:g}x)\nbars: mean of the runs, whiskers: their range")
+        else:
+            title = f"No request succeeded at max_num_seqs={a}: nothing to compare {b} with"
+    failures = _failures_note([run for runs in groups.values() for run in runs])
+    if failures:
+        title += ("\n" if title else "") + _short(failures)
+    if title:
+        ax.set_title(title, fontsize=10 if failures else None)
     _mark_random_weights(fig, [run for runs in groups.values() for run in runs])
     return fig
 
@@ -137,8 +155,10 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
             if not r.ok:
                 ax.plot((r.done_s or r.send_s), row, "x", color=ERROR_COLOR)
         waits[seqs] = max((r.ttft_s for r in run.records if r.ok and r.ttft_s is not None), default=None)
-        peak = summarize(run.records)["peak_generating"]
-        ax.set_title(f"max_num_seqs={seqs}: at most {peak} generating at once")
+        summary = summarize(run.records)
+        failed = (f"; {summary['num_errors']} of {summary['num_requests']} failed (x)"
+                  if summary["num_errors"] else "")
+        ax.set_title(f"max_num_seqs={seqs}: at most {summary['peak_generating']} generating at once{failed}")
         ax.set_xlabel("time since the run started, s")
         ax.set_ylabel("request (sorted by send, then first token)")
         ax.invert_yaxis()
@@ -171,10 +191,15 @@ def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (
                prediction: dict[str, Any] | None = None, num_requests: int | None = None,
                source: str = "reference sweep") -> plt.Figure:
     """Throughput and p95 latency against max_num_seqs (pooled rows of ``runs_table``), with ideal
-    linear scaling from the smallest setting, the prediction overlaid and the learner's own points."""
+    linear scaling from the smallest setting, the prediction overlaid and the learner's own points.
+
+    A number no request measured (a setting whose requests all failed: None in its row) is
+    left out of lines and titles, and the rows' failed requests are counted in the title.
+    """
     rows = sorted(rows, key=lambda row: row["max_num_seqs"])
     seqs = np.array([row["max_num_seqs"] for row in rows], dtype=float)
-    tput = np.array([row["output_tok_per_s"] for row in rows], dtype=float)
+    tput = np.array([np.nan if row.get("output_tok_per_s") is None else row["output_tok_per_s"] for row in rows],
+                    dtype=float)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     _with_range(left, seqs, rows, "output_tok_per_s", f"measured ({source})")
     base_seqs, base = seqs[0], tput[0]
@@ -187,8 +212,9 @@ def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (
         left.plot(prediction["max_num_seqs"], prediction["predicted_output_tok_s"], "s-", color="#8e44ad",
                   ms=5, lw=1.5, label="simulator prediction (continuous-batching notebook)")
     for ax, key in ((left, "output_tok_per_s"), (right, "e2e_p95_s")):
-        if own:
-            ax.plot([r["max_num_seqs"] for r in own], [r[key] for r in own], "*", color=ERROR_COLOR, ms=14,
+        mine = [r for r in own if r.get(key) is not None]
+        if mine:
+            ax.plot([r["max_num_seqs"] for r in mine], [r[key] for r in mine], "*", color=ERROR_COLOR, ms=14,
                     label="your runs", zorder=5)
     _with_range(right, seqs, rows, "e2e_p95_s", f"p95 end-to-end ({source})")
     if all(row.get("ttft_p95_s") is not None for row in rows):
@@ -202,15 +228,39 @@ def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (
     left.set_yscale("log")
     left.set_ylabel("output throughput, tokens/s (log scale)")
     right.set_ylabel("latency, s")
-    best = int(np.argmax(tput))
-    usable = min(seqs[best], num_requests) if num_requests else seqs[best]
-    left.set_title(f"Peak {tput[best]:,.0f} tok/s at max_num_seqs={seqs[best]:g}: {tput[best] / base:.1f}x of "
-                   f"{base_seqs:g} slot(s), ideal {usable / base_seqs:g}x")
-    p95 = [row["e2e_p95_s"] for row in rows]
-    right.set_title(f"p95 latency from {_seconds(p95[0])} at {seqs[0]:g} to {_seconds(p95[-1])} at {seqs[-1]:g} "
-                    f"(lowest: {_seconds(min(p95))} at {seqs[int(np.argmin(p95))]:g})")
+    measured = np.isfinite(tput) & (tput > 0)
+    if measured.any():
+        best = int(np.nanargmax(np.where(measured, tput, np.nan)))
+        usable = min(seqs[best], num_requests) if num_requests else seqs[best]
+        ratio = f"{tput[best] / base:.1f}x of {base_seqs:g} slot(s)" if measured[0] else \
+            f"no successful request at {base_seqs:g} slot(s) to compare with"
+        left.set_title(f"Peak {tput[best]:,.0f} tok/s at max_num_seqs={seqs[best]:g}: {ratio}, "
+                       f"ideal {usable / base_seqs:g}x")
+    else:
+        left.set_title("No setting had a successful request")
+    p95 = [(s, row["e2e_p95_s"]) for s, row in zip(seqs, rows) if row.get("e2e_p95_s") is not None]
+    if p95:
+        lowest = min(p95, key=lambda item: item[1])
+        right.set_title(f"p95 latency from {_seconds(p95[0][1])} at {p95[0][0]:g} to {_seconds(p95[-1][1])} at "
+                        f"{p95[-1][0]:g} (lowest: {_seconds(lowest[1])} at {lowest[0]:g})")
+    else:
+        right.set_title("No latency measured: no request succeeded")
+    errors = sum(int(row.get("num_errors") or 0) for row in rows)
+    if errors:
+        sent = sum(int(row.get("num_requests") or 0) * int(row.get("num_runs") or 1) for row in rows)
+        fig.suptitle(f"{errors} of {sent} requests failed; they add no tokens and no latencies",
+                     color=ERROR_COLOR, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _short(text: str, limit: int = 110) -> str:
+    """One line of at most ``limit`` characters, for a title.
+
+    >>> _short("x" * 200, 10)
+    'xxxxxxxxx…'
+    """
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _seconds(value: float) -> str:
@@ -223,7 +273,9 @@ def _seconds(value: float) -> str:
 
 
 def _with_range(ax, seqs, rows, key, label) -> None:
-    values = np.array([row[key] for row in rows], dtype=float)
-    lo = np.array([row.get(f"{key}_min", row[key]) for row in rows], dtype=float)
-    hi = np.array([row.get(f"{key}_max", row[key]) for row in rows], dtype=float)
+    """Points with whiskers over their range; a None (nothing measured) becomes a gap, not a crash."""
+    number = lambda v: np.nan if v is None else v  # noqa: E731
+    values = np.array([number(row.get(key)) for row in rows], dtype=float)
+    lo = np.array([number(row.get(f"{key}_min", row.get(key))) for row in rows], dtype=float)
+    hi = np.array([number(row.get(f"{key}_max", row.get(key))) for row in rows], dtype=float)
     ax.errorbar(seqs, values, yerr=[values - lo, hi - values], fmt="o-", color=GENERATE_COLOR, capsize=4, label=label)

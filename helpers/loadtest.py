@@ -452,11 +452,12 @@ async def run_load_test(
     ``timeout_s`` (a positive, finite number of seconds). A request too long for the
     server's ``max_model_len`` (where the target knows it) is refused before anything is
     sent. In a notebook: ``run = await run_load_test(...)``; in a script:
-    ``asyncio.run(run_load_test(...))``.
+    ``asyncio.run(run_load_test(...))``. When requests fail, it prints how many and why.
     """
     from tqdm.auto import tqdm
 
     from helpers.hardware import describe_machine
+    from helpers.loadtest_metrics import describe_failures
 
     concurrency = validate.optional_positive_int(concurrency, "concurrency", none_means="every request at once")
     timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds",
@@ -494,10 +495,9 @@ async def run_load_test(
         wall_s = time.perf_counter() - run_start
         bar.close()
         await client.close()
-    errors = sum(not r.ok for r in records)
-    if errors and progress:
-        print(f"{label}: {errors} of {len(records)} requests failed; first error: "
-              f"{next(r.error for r in records if not r.ok)}")
+    failures = describe_failures(records)
+    if failures and progress:
+        print(f"{label}: {failures}")
     settings = {**workload.settings(), "concurrency": in_flight, "max_connections": max_connections,
                 "timeout_s": timeout_s, "temperature": 0.0, "ignore_eos": True, "stream": True,
                 # other programs on the machine distort timings; keep a trace of how busy it was

@@ -85,6 +85,35 @@ def summarize(records: Sequence[Any]) -> dict[str, Any]:
     return summary
 
 
+def describe_failures(records: Sequence[Any], *, max_reasons: int = 3) -> str | None:
+    """How many requests failed and why, in words; None when every request succeeded.
+
+    Works on any records with ``ok`` and ``error`` (the load tester's, the step-time
+    measurements' ``TimedRequest``, the KV demo's ``TokenRequestRecord``). Identical errors
+    are counted together, the most frequent first, at most ``max_reasons`` of them.
+
+    >>> from types import SimpleNamespace as R
+    >>> records = [R(ok=True, error=None)] * 18 + [R(ok=False, error="ConnectionError: refused")] * 2
+    >>> describe_failures(records)
+    '2 of 20 requests failed: ConnectionError: refused (2).'
+    >>> describe_failures(records[:3]) is None
+    True
+    """
+    failed = [r for r in records if not r.ok]
+    if not failed:
+        return None
+    counts: dict[str, int] = {}
+    for r in failed:
+        reason = " ".join(str(r.error or "no error message").split())
+        counts[reason] = counts.get(reason, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    reasons = "; ".join(f"{reason[:200]} ({n})" for reason, n in ranked[:max_reasons])
+    others = len(ranked) - max_reasons
+    more = f"; and {others} other error{'s' * (others != 1)}" if others > 0 else ""
+    noun = "request" if len(records) == 1 else "requests"
+    return f"{len(failed)} of {len(records)} {noun} failed: {reasons}{more}."
+
+
 def peak_overlap(intervals: Iterable[tuple[float, float]]) -> int:
     """Most intervals covering one instant; an interval ending when another starts does not overlap it.
 

@@ -289,7 +289,9 @@ def summarize_samples(samples: Sequence[MetricsSample], max_num_seqs: int | None
     >>> round(m.seconds_with_queue, 3), m.mean_running_while_queued
     (0.4, 2.0)
     """
-    assert samples, "no samples: was the server reachable?"
+    if not samples:  # every scrape failed (the poller skips failures): data, not a bug of ours
+        raise ValueError("no /metrics samples to summarize: every scrape failed. Is the server still running "
+                         "(server.is_running())? Run the cell again once it answers.")
     running = [s.num_requests_running for s in samples]
     peak = max(running)
     cap = max_num_seqs if max_num_seqs is not None else peak

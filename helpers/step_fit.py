@@ -55,6 +55,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from helpers.batching_trace import Request
+from helpers.loadtest_metrics import describe_failures
 from helpers.metrics import scrape
 from helpers.paths import build_dir
 from helpers.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
@@ -144,11 +145,13 @@ def _client_and_model(server: Any) -> tuple[Any, str]:
     return server.async_client(max_retries=0), server.model_name
 
 
-async def send_trace(server: Any, trace: Sequence[Request], seed: int = 0) -> list[TimedRequest]:
+async def send_trace(server: Any, trace: Sequence[Request], seed: int = 0, quiet: bool = False) -> list[TimedRequest]:
     """Replay a trace: request i is sent `arrival_s` seconds after the start, with a random
     prompt of `prompt_len` tokens, asking for `output_len` tokens. Returns records in trace order.
 
-    Every request of the trace is sent (keep traces small: this is a bounded load).
+    Every request of the trace is sent (keep traces small: this is a bounded load). When some
+    fail, it prints how many and why (e.g. "2 of 20 requests failed: APIConnectionError: ...")
+    unless `quiet`; failed records keep None for the times they never reached.
     """
     client, model = _client_and_model(server)
     rng = np.random.default_rng(seed)
@@ -160,9 +163,47 @@ async def send_trace(server: Any, trace: Sequence[Request], seed: int = 0) -> li
         return await send_one(client, model, prompt, request.output_len, request.request_id, began)
 
     try:
-        return list(await asyncio.gather(*(at_arrival(r, p) for r, p in zip(trace, prompts))))
+        records = list(await asyncio.gather(*(at_arrival(r, p) for r, p in zip(trace, prompts))))
     finally:
         await client.close()
+    failures = describe_failures(records)
+    if failures and not quiet:
+        print(failures)
+    return records
+
+
+def burst_seconds(records: Sequence[TimedRequest]) -> float | None:
+    """How long a replayed burst took: the first request sent -> the last token any request received.
+
+    Used by notebook 04's live burst cell (``burst_s = burst_seconds(records)``) and the
+    replay check after it. A failed request has no last token (None): it is left out of the
+    end, never compared with a number; it still counts as sent. None when no request
+    received a single token (then there is no duration to measure).
+
+    >>> ok = TimedRequest("a", 16, 3, 0.5, 1.0, 4.0, 3, 3, True)
+    >>> failed = TimedRequest("b", 16, 3, 0.0, None, None, 0, 0, False, "APIConnectionError: refused")
+    >>> burst_seconds([ok, failed]), burst_seconds([failed])
+    (4.0, None)
+    """
+    ends = [r.last_token_s for r in records if r.last_token_s is not None]
+    if not ends:
+        return None
+    return max(ends) - min(r.sent_s for r in records)
+
+
+def median_ttft_s(records: Sequence[TimedRequest]) -> float | None:
+    """Median time to first token of the requests that received one (the upper median for an
+    even count, as ``sorted(ttfts)[len // 2]``); None when none did.
+
+    Used by notebook 04's replay check (``measured_ttft_p50 = median_ttft_s(records)``):
+    failed requests have no first token and are left out instead of breaking the sort.
+
+    >>> rs = [TimedRequest(str(i), 16, 3, 0.0, t, t + 1, 3, 3, True) for i, t in enumerate((0.5, 1.5, 1.0))]
+    >>> median_ttft_s(rs + [TimedRequest("x", 16, 3, 0.0, None, None, 0, 0, False, "boom")])
+    1.0
+    """
+    ttfts = sorted(r.ttft_s for r in records if r.ttft_s is not None)
+    return ttfts[len(ttfts) // 2] if ttfts else None
 
 
 @dataclass(frozen=True)
@@ -195,8 +236,9 @@ def decode_tok_s(records: Sequence[TimedRequest]) -> float:
     """
     rates = [r.decode_steps_per_s for r in records]
     if any(rate is None for rate in rates):
-        errors = [r.error for r in records if r.error]
-        raise RuntimeError(f"a decode measurement request failed: {errors[:1] or 'no tokens came back'}")
+        why = describe_failures(records) or "no tokens came back (or too few to time)"
+        raise RuntimeError(f"a decode measurement request failed, so the batch's rate cannot be measured: {why} "
+                           "Run the cell again; if it keeps failing, check the server's log.")
     return len(records) * statistics.median(rates)
 
 
@@ -323,7 +365,7 @@ def plot_request_timeline(records: Sequence[TimedRequest], title: str | None = N
 
     The default title counts how many distinct moments requests finished at (finishes
     within 50 ms of each other count as one): with continuous batching they leave one at a
-    time, not batch by batch.
+    time, not batch by batch. Failed requests are counted there too, with their errors.
 
     >>> r = [TimedRequest("a", 16, 3, 0.0, 0.5, 1.0, 3, 3, True), TimedRequest("b", 16, 5, 0.0, 0.5, 2.0, 5, 5, True)]
     >>> plot_request_timeline(r).axes[0].get_xlabel()
@@ -348,8 +390,13 @@ def plot_request_timeline(records: Sequence[TimedRequest], title: str | None = N
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     if title is None:
         moments = finish_moments(records)
-        title = (f"{len(records)} requests finished at {len(moments)} distinct moments "
+        finished = sum(r.ok and r.last_token_s is not None for r in records)
+        who = f"{len(records)} requests" if finished == len(records) else f"{finished} of {len(records)} requests"
+        title = (f"{who} finished at {len(moments)} distinct moments "
                  f"between {min(moments):.1f} s and {max(moments):.1f} s" if moments else "no request finished")
+        failures = describe_failures(records)
+        if failures:
+            title += "\n" + (failures if len(failures) <= 150 else failures[:149] + "…")
     ax.set_title(title, fontsize=11)
     return fig
 

@@ -52,6 +52,7 @@ from helpers.loadtest import (
     _prompt_of_exact_length,
     run_load_test,
 )
+from helpers.loadtest_metrics import describe_failures
 from helpers.metrics import MetricsSample, MetricsSummary, counter_delta, summarize_samples, watch
 
 # Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
@@ -334,18 +335,24 @@ def describe_ratio(ratio: float | None, what: str, noise: float = NOISE) -> str:
 
 
 def describe_change(before: Measurement, after: Measurement) -> str:
-    """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers."""
+    """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers.
+
+    A number that could not be measured (every request of a run failed) reads "-", and
+    failed requests are counted in words at the end, with their errors.
+    """
     b, a, c = before.summary, after.summary, compare(before, after)
     shared = before.other_servers or after.other_servers
     caution = (" Another vLLM server shared the machine during these runs: the difference may be partly "
                "theirs." if shared else "")
+    failures = "".join(f" {m.setting}: {text}" for m in (before, after)
+                       if (text := describe_failures(m.run.records)) is not None)
     return (f"{before.lever} {before.setting} -> {after.setting}: "
             f"{describe_ratio(c.throughput_ratio, 'throughput')} "
-            f"({b['output_tok_per_s']:.0f} -> {a['output_tok_per_s']:.0f} output tok/s), "
+            f"({_arrow(b['output_tok_per_s'], a['output_tok_per_s'], '.0f')} output tok/s), "
             f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')} "
-            f"({b['e2e_p95_s']:.1f} -> {a['e2e_p95_s']:.1f} s), "
+            f"({_arrow(b['e2e_p95_s'], a['e2e_p95_s'], '.1f', missing_one=True)} s), "
             f"{describe_ratio(c.ttft_p50_ratio, 'median TTFT')} "
-            f"({b['ttft_p50_s']:.2f} -> {a['ttft_p50_s']:.2f} s).{caution}")
+            f"({_arrow(b['ttft_p50_s'], a['ttft_p50_s'], '.2f', missing_one=True)} s).{caution}{failures}")
 
 
 # ----- quantization arithmetic ------------------------------------------------------------------------
@@ -479,16 +486,30 @@ def kv_pool_bytes(server: Any) -> int | None:
 
 
 # ----- the closing checklist -----------------------------------------------------------------------
-def _arrow(before: float | None, after: float | None, fmt: str) -> str:
-    if before is None or after is None:
+def _arrow(before: float | None, after: float | None, fmt: str, missing_one: bool = False) -> str:
+    """``"1.0 -> 2.0"``; "-" when either is unknown, or with ``missing_one`` the unknown side alone.
+
+    >>> _arrow(1.0, None, ".1f"), _arrow(1.0, None, ".1f", missing_one=True)
+    ('-', '1.0 -> -')
+    """
+    if before is None and after is None or not missing_one and (before is None or after is None):
         return "-"
-    return f"{before:{fmt}} -> {after:{fmt}}"
+    show = lambda v: "-" if v is None else f"{v:{fmt}}"  # noqa: E731
+    return f"{show(before)} -> {show(after)}"
+
+
+def _failed_note(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    failed = [(s["num_errors"], s["num_requests"]) for s in (before, after)]
+    if not any(n for n, _ in failed):
+        return ""
+    return f"; failed requests {failed[0][0]} of {failed[0][1]} -> {failed[1][0]} of {failed[1][1]}"
 
 
 def checklist(pairs: Sequence[tuple[Measurement, Measurement]], noise: float = NOISE) -> str:
     """A Markdown table: one row per lever, before -> after for every number this run measured,
     and a verdict computed from the throughput and p95 ratios (changes under ``noise`` are
     called noise; runs during which another vLLM server ran are marked less reliable).
+    Failed requests are counted in the verdict; numbers no request measured read "-".
     """
     noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
     lines = ["| lever | before -> after | output tok/s | p95 end-to-end s | TTFT p50 s | KV tokens | "
@@ -510,5 +531,6 @@ def checklist(pairs: Sequence[tuple[Measurement, Measurement]], noise: float = N
             f"| {before.other_servers} -> {after.other_servers} "
             f"| {describe_ratio(c.throughput_ratio, 'throughput', noise)}; "
             f"{describe_ratio(c.e2e_p95_ratio, 'p95', noise)}"
-            f"{' (machine shared: less reliable)' if before.other_servers or after.other_servers else ''} |")
+            f"{' (machine shared: less reliable)' if before.other_servers or after.other_servers else ''}"
+            f"{_failed_note(b, a)} |")
     return "\n".join(lines)

@@ -20,7 +20,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from helpers.kv_math import tokens_that_fit
-from helpers.lab_plots import GENERATE_COLOR, WAIT_COLOR, setting_colors
+from helpers.lab_plots import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
+from helpers.loadtest_metrics import describe_failures
 
 GIB = 2**30
 
@@ -76,6 +77,8 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
     """Output throughput (left) and latency percentiles (right), one group per setting.
 
     The title states the change from the first measurement to the last, from the numbers.
+    A latency no request measured (all of a setting's requests failed) is labelled "n/a",
+    and failed requests are counted under the title.
     """
     from helpers.tuning import compare, describe_ratio
 
@@ -97,12 +100,13 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
             ("e2e_p95_s", "end-to-end p95"))
     width = 0.8 / len(measurements)
     for i, m in enumerate(measurements):
-        values = [m.summary[key] or 0.0 for key, _ in keys]
+        measured = [m.summary[key] for key, _ in keys]
+        values = [value or 0.0 for value in measured]
         positions = np.arange(len(keys)) + (i - (len(measurements) - 1) / 2) * width
         right.bar(positions, values, width, color=colors[m.setting], label=m.setting)
-        for pos, value in zip(positions, values):
-            right.annotate(f"{value:.1f}", (pos, value), textcoords="offset points", xytext=(0, 2), ha="center",
-                           fontsize=7)
+        for pos, value, shown in zip(positions, values, measured):
+            right.annotate("n/a" if shown is None else f"{value:.1f}", (pos, value), textcoords="offset points",
+                           xytext=(0, 2), ha="center", fontsize=7)
     right.set_xticks(np.arange(len(keys)), [name for _, name in keys])
     right.set_ylabel("latency per request, s")
     right.legend(fontsize=8, title=measurements[0].lever, title_fontsize=8)
@@ -111,8 +115,24 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
         c = compare(measurements[0], measurements[-1])
         title = (f"{measurements[0].lever} {c.before} -> {c.after}: {describe_ratio(c.throughput_ratio, 'throughput')}, "
                  f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')}")
-    fig.suptitle(title or "", fontsize=11)
+    failures = _failures(measurements)
+    fig.suptitle((title or "") + (f"\n{failures}" if failures else ""), fontsize=11)
     return fig
+
+
+def _failures(measurements: Sequence[Any]) -> str | None:
+    """Failed requests per setting, in words, or None when every request succeeded."""
+    texts = [f"{m.setting}: {text}" for m in measurements if (text := describe_failures(m.run.records))]
+    if not texts:
+        return None
+    line = " ".join(texts)
+    return line if len(line) <= 160 else line[:159] + "…"
+
+
+def _measured(m: Any) -> bool:
+    """Whether a measurement has a throughput and a p95 latency to draw (some request succeeded)."""
+    s = m.summary
+    return bool(s["output_tok_per_s"]) and s["e2e_p95_s"] is not None
 
 
 def plot_engine(measurements: Sequence[Any]) -> Figure:
@@ -153,6 +173,9 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
     ``reference``: pooled rows of another load (``helpers.results.runs_table(..., pooled=True)``),
     drawn in a second, smaller panel joined in order of ``max_num_seqs``: the curve to recall,
     kept apart because its load (and so its latency scale) differs. Down and to the right is better.
+
+    A measurement whose requests all failed has no point: it is named in the legend as such,
+    left out of the title's comparison, and its failures are counted under the title.
     """
     fig = Figure(figsize=(12 if reference else 8, 4.8), layout="constrained")
     axes = fig.subplots(1, 2, width_ratios=[1.6, 1]) if reference else [fig.subplots()]
@@ -161,14 +184,19 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
     colors = setting_colors([m.setting for m in everything])
     for i, m in enumerate(everything):
         s = m.summary
+        if not _measured(m):
+            ax.plot([], [], "x", color=ERROR_COLOR,
+                    label=f"{m.lever} {m.setting}: no successful request ({s['num_errors']} failed)")
+            continue
         ax.plot(s["output_tok_per_s"], s["e2e_p95_s"], "o" if i < len(points) else "s", ms=11, color=colors[m.setting],
                 label=f"{m.lever} {m.setting}: {s['output_tok_per_s']:.0f} tok/s, p95 {s['e2e_p95_s']:.1f} s")
         ax.annotate(m.setting, (s["output_tok_per_s"], s["e2e_p95_s"]), textcoords="offset points",
                     xytext=(9, 9 if i % 2 == 0 else -15), fontsize=9)
-    xs = [m.summary["output_tok_per_s"] for m in everything]
-    ys = [m.summary["e2e_p95_s"] for m in everything]
-    ax.set_xlim(min(xs) * 0.8, max(xs) * 1.2)
-    ax.set_ylim(0, max(ys) * 1.3)
+    xs = [m.summary["output_tok_per_s"] for m in everything if _measured(m)]
+    ys = [m.summary["e2e_p95_s"] for m in everything if _measured(m)]
+    if xs:
+        ax.set_xlim(min(xs) * 0.8, max(xs) * 1.2)
+        ax.set_ylim(0, max(ys) * 1.3)
     ax.set_xlabel("output throughput, tokens/s  (better ->)")
     ax.set_ylabel("p95 end-to-end latency, s  (<- better)")
     ax.set_title("this run: one point per setting", fontsize=10)
@@ -187,25 +215,40 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
         ref.set_title(f"recalled: {reference_label}\n(labels: max_num_seqs)", fontsize=9)
         ref.set_ylim(bottom=0)
         ref.grid(alpha=0.3)
-    best = max(points, key=lambda m: m.summary["output_tok_per_s"] or 0.0)
-    worst = min(points, key=lambda m: m.summary["output_tok_per_s"] or 0.0)
-    b, w = best.summary, worst.summary
-    latency = "lower" if b["e2e_p95_s"] < w["e2e_p95_s"] else "higher"
-    fig.suptitle(f"{best.lever}={best.setting} gave {b['output_tok_per_s'] / w['output_tok_per_s']:.2f}x the throughput "
+    measured = [m for m in points if _measured(m)]
+    if len(measured) >= 2:
+        best = max(measured, key=lambda m: m.summary["output_tok_per_s"])
+        worst = min(measured, key=lambda m: m.summary["output_tok_per_s"])
+        b, w = best.summary, worst.summary
+        latency = "lower" if b["e2e_p95_s"] < w["e2e_p95_s"] else "higher"
+        title = (f"{best.lever}={best.setting} gave {b['output_tok_per_s'] / w['output_tok_per_s']:.2f}x the throughput "
                  f"of {worst.lever}={worst.setting}, at a {latency} p95 latency ({b['e2e_p95_s']:.1f} s vs "
-                 f"{w['e2e_p95_s']:.1f} s)", fontsize=11)
+                 f"{w['e2e_p95_s']:.1f} s)")
+    else:
+        missing = [m.setting for m in points if not _measured(m)]
+        title = (f"Nothing to compare: no request succeeded at {', '.join(missing)}" if missing else
+                 "one setting: nothing to compare it with")
+    failures = _failures(everything)
+    fig.suptitle(title + (f"\n{failures}" if failures else ""), fontsize=11)
     return fig
 
 
 def plot_prefix(off: Any, on: Any) -> Figure:
     """Prefix caching off and on: time to first token of every request (left, sorted), and the
-    prompt tokens the engine computed against those it found in its prefix cache (right)."""
+    prompt tokens the engine computed against those it found in its prefix cache (right).
+
+    Failed requests have no first token: they are left out of the curves (each legend says
+    how many requests it has) and counted under the title.
+    """
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1.5, 1])
     for m, color in ((off, WAIT_COLOR), (on, GENERATE_COLOR)):
         ttft = np.sort([r.ttft_s for r in m.run.records if r.ok and r.ttft_s is not None])
+        if not len(ttft):
+            left.plot([], [], color=color, lw=2, label=f"prefix caching {m.setting}: no successful request")
+            continue
         left.step(ttft, np.arange(1, len(ttft) + 1), where="post", color=color, lw=2,
-                  label=f"prefix caching {m.setting}: median {np.median(ttft):.2f} s")
+                  label=f"prefix caching {m.setting}: median {np.median(ttft):.2f} s ({len(ttft)} requests)")
     left.set_xlabel("time to first token, s")
     left.set_ylabel("requests with their first token by then")
     left.grid(alpha=0.3)
@@ -220,12 +263,15 @@ def plot_prefix(off: Any, on: Any) -> Figure:
         right.annotate(f"{c:,} computed\n{h:,} cached", (i, c + h), textcoords="offset points", xytext=(0, 3),
                        ha="center", fontsize=8)
     right.set_ylabel("prompt tokens in the run")
-    right.set_ylim(0, max(prompt) * 1.25)
+    right.set_ylim(0, max(prompt) * 1.25 + 1)
     right.legend(fontsize=8, loc="lower right")
     right.grid(axis="y", alpha=0.3)
     rate = on.prefix_hit_rate or 0.0
-    fig.suptitle(f"Prefix caching found {rate:.0%} of the prompt tokens in its cache; median TTFT "
-                 f"{off.summary['ttft_p50_s']:.2f} s -> {on.summary['ttft_p50_s']:.2f} s", fontsize=11)
+    medians = " -> ".join("-" if m.summary["ttft_p50_s"] is None else f"{m.summary['ttft_p50_s']:.2f} s"
+                          for m in (off, on))
+    failures = _failures([off, on])
+    fig.suptitle(f"Prefix caching found {rate:.0%} of the prompt tokens in its cache; median TTFT {medians}"
+                 + (f"\n{failures}" if failures else ""), fontsize=11)
     return fig
 
 

@@ -152,3 +152,14 @@ def test_drawings_label_their_axes_and_state_the_finding():
     assert "at most 6 of 728 blocks" in ax.get_title() and "predicted 6" in ax.get_title()
 
 
+
+
+def test_the_kv_usage_drawing_counts_failed_requests_and_survives_when_all_failed():
+    failed = TokenRequestRecord(1, False, "APIConnectionError: Connection error.", 16, 0, 0.0, 0.2)
+    samples = [replace(MetricsSample.from_text(METRICS.replace("0.013736263736263736", str(u))), t_s=t)
+               for t, u in ((0.5, 5 / 728), (4.0, 0.0))]
+    records = [TokenRequestRecord(0, True, None, 512, 16, 0.0, 3.0), failed]
+    title = plot_kv_usage(samples, records, num_blocks=728, block_size=128, max_model_len=2048).axes[0].get_title()
+    assert "for 1 requests" in title and "1 of 2 requests failed: APIConnectionError: Connection error. (1)." in title
+    ax = plot_kv_usage(samples, [failed], num_blocks=728, block_size=128, max_model_len=2048).axes[0]
+    assert "1 of 1 request failed" in ax.get_title() and ax.get_ylim()[1] > 0

@@ -225,3 +225,28 @@ def test_the_guided_questions_are_checked_against_hand_computed_values(capsys):
     assert not check_kv_limited("no", records, {"num_tokens": 320, "block_size": 16})  # blocks from tokens
     assert not check_kv_limited("yes", records, {"num_tokens": 320})
     assert "cannot be checked" in capsys.readouterr().out
+
+
+# ----- failed requests ---------------------------------------------------------------------------
+def test_failed_requests_get_a_finding_of_their_own_with_their_errors():
+    explanation = explain_runs([make_run(8, "a"), make_run(8, "b"), make_run(64, "c", scale=0.5)])
+    failed = explanation.effect("failed requests")
+    assert failed is not None and explanation.findings[0] is failed
+    assert failed.text.startswith("2 of 10 requests failed at max_num_seqs=8 and 1 of 5 requests failed at "
+                                  "max_num_seqs=64.")
+    assert "At 8: 2 of 10 requests failed: timeout: no complete answer within 10 s (2)." in failed.text
+
+
+def test_no_failed_requests_means_no_such_finding():
+    assert lab().effect("failed requests") is None
+
+
+def test_a_setting_where_every_request_failed_is_explained_without_a_speed_up():
+    from helpers.loadtest import RequestRecord
+
+    broken = make_run(8, "a")
+    broken.records = [RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0,
+                                    done_s=1.0) for i in range(5)]
+    explanation = explain_runs([broken, make_run(64, "c", scale=0.5)])
+    assert explanation.headline.startswith("No throughput to compare")
+    assert "5 of 5 requests failed at max_num_seqs=8" in explanation.effect("failed requests").text

@@ -104,3 +104,58 @@ def test_a_missing_prediction_file_is_none_and_a_saved_one_loads(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"max_num_seqs": [8, 64], "predicted_output_tok_s": [90, 150], "ratio_64_vs_8": 1.7}))
     assert load_prediction(path)["ratio_64_vs_8"] == 1.7
+
+
+# ----- failed requests --------------------------------------------------------------------------------
+def all_failed_run(seqs, tag, n=10):
+    """Every request failed: some never got a token, some were cut short after their first ones."""
+    records = [RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0, done_s=1.0)
+               for i in range(n - 2)]
+    records += [RequestRecord(i, ok=False, error="stream ended before the server finished the answer", send_s=0.0,
+                              ttft_s=0.5, e2e_s=None, done_s=None, itl_s=[0.1]) for i in range(n - 2, n)]
+    return LoadTestRun(f"max_num_seqs={seqs}", {"run_tag": tag}, {"max_num_seqs": seqs, "device": "cpu"},
+                       "CPU: 2 cores", "2026-11-29T08:00:00+00:00", 1.0, records)
+
+
+def test_throughput_bars_survive_a_setting_where_every_request_failed_and_say_so(groups):
+    # before: ZeroDivisionError in the title (0 tok/s at the first setting)
+    broken = {8: [all_failed_run(8, "x")], 64: groups[64]}
+    title = plot_throughput(broken).axes[0].get_title()
+    assert "No request succeeded at max_num_seqs=8" in title
+    assert "12 of 110 requests failed: APIConnectionError: Connection error. (8)" in title
+
+
+def test_throughput_title_counts_the_failed_requests(groups):
+    title = plot_throughput(groups).axes[0].get_title()
+    assert "gave" in title and "4 of 200 requests failed: boom (4)." in title
+
+
+def test_the_timeline_draws_failed_requests_and_counts_them_in_each_title(groups):
+    fig = plot_timeline({8: groups[8][0], 64: all_failed_run(64, "x")})
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0].endswith("; 1 of 50 failed (x)")
+    assert titles[1] == "max_num_seqs=64: at most 0 generating at once; 10 of 10 failed (x)"
+
+
+def test_the_latency_cdf_leaves_a_setting_without_successful_requests_out(groups):
+    fig = plot_latency_cdf({8: [all_failed_run(8, "x")], 64: groups[64]})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["max_num_seqs=64 (98 requests)"]
+
+
+def test_the_sweep_survives_a_setting_with_no_successful_request():
+    # before: TypeError comparing None latencies, or formatting None in the title
+    runs = [waves_run(1, 0.05, "r1"), all_failed_run(8, "r8"), waves_run(64, 0.05, "r64")]
+    rows = runs_table(runs, pooled=True)
+    assert rows[1]["e2e_p95_s"] is None
+    own = [{"max_num_seqs": 8, "output_tok_per_s": 0.0, "e2e_p95_s": None}]
+    fig = plot_sweep(rows, own=own, num_requests=50)
+    left, right = fig.axes
+    assert "at 1 to" in right.get_title() and "at 64" in right.get_title()
+    assert fig._suptitle.get_text() == "12 of 110 requests failed; they add no tokens and no latencies"
+
+
+def test_the_sweep_names_a_first_setting_without_throughput_instead_of_dividing_by_it():
+    rows = runs_table([all_failed_run(1, "r1"), waves_run(8, 0.05, "r8")], pooled=True)
+    title = plot_sweep(rows).axes[0].get_title()
+    assert "no successful request at 1 slot(s) to compare with" in title

@@ -381,6 +381,14 @@ def test_requests_too_long_for_the_servers_context_are_refused_before_sending():
     assert fake.peak_in_flight == 0
 
 
+def test_failed_requests_are_reported_in_words_with_their_count_and_error(capsys):
+    with FakeServer() as fake:
+        run(run_load_test(fake.endpoint("missing"), toy_workload(6), label="demo"))
+    printed = capsys.readouterr().out
+    assert "demo: 6 of 6 requests failed: NotFoundError 404" in printed and "does not exist" in printed
+    assert "(6)." in printed  # identical errors counted together
+
+
 # ----- against the real vLLM server ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server():

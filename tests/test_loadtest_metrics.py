@@ -94,3 +94,40 @@ def test_pooling_repetitions_gives_means_ranges_and_summed_errors():
     assert (pooled["output_tok_per_s_min"], pooled["output_tok_per_s_max"]) == (2.5, 5.0)
     assert pooled["num_errors"] == 1
     assert pooled["peak_generating"] == 1 and isinstance(pooled["peak_generating"], int)
+
+
+# ----- failed requests -----------------------------------------------------------------------------
+def cut_short(index, send=0.0):
+    """A request whose stream broke after its first tokens: times it reached, None for the rest."""
+    return RequestRecord(index, ok=False, error="stream ended before the server finished the answer",
+                         send_s=send, ttft_s=0.5, e2e_s=None, done_s=None, output_tokens=None, itl_s=[0.1])
+
+
+def test_every_aggregate_skips_the_missing_times_of_failed_requests_and_counts_them():
+    records = [ok(0, 0.0, 1.0, 3.0), ok(1, 0.5, 1.0, 2.0), cut_short(2), failed(3, done=None)]
+    s = summarize(records)
+    assert (s["num_ok"], s["num_errors"], s["num_requests"]) == (2, 2, 4)
+    assert s["wall_s"] == 3.0  # a failed request without done_s ends where it was sent
+    assert s["e2e_p50_s"] == 2.5 and s["ttft_p50_s"] == 1.0 and s["peak_generating"] == 2
+    assert s["itl_mean_ms"] is None  # the cut-short request's gaps are not pooled with successful ones
+
+
+def test_a_run_where_every_request_failed_has_no_latencies_but_a_wall_time_and_errors():
+    s = summarize([cut_short(0), failed(1, done=2.0), failed(2, done=None)])
+    assert s["num_errors"] == 3 and s["num_ok"] == 0 and s["output_tok_per_s"] == 0.0
+    assert s["e2e_p95_s"] is None and s["ttft_p50_s"] is None and s["tpot_mean_ms"] is None
+    assert s["peak_generating"] == 0 and s["wall_s"] == 2.0
+    pooled = pool_summaries([s, summarize([ok(0, 0.0, 1.0, 2.0)])])
+    assert pooled["e2e_p95_s"] is None and pooled["num_errors"] == 3  # not an average of one run's number
+
+
+def test_failures_are_described_in_words_grouped_by_error_most_frequent_first():
+    from helpers.loadtest_metrics import describe_failures
+
+    records = [ok(0, 0.0, 1.0, 2.0)] * 17 + [failed(1)] * 2 + [failed(2, error="timeout: no complete answer")]
+    assert describe_failures(records) == ("3 of 20 requests failed: APIConnectionError: Connection error. (2); "
+                                          "timeout: no complete answer (1).")
+    assert describe_failures(records[:17]) is None
+    many = [failed(i, error=f"error {i}") for i in range(5)]
+    assert describe_failures(many).endswith("; and 2 other errors.")
+    assert describe_failures([failed(0, error=None)]) == "1 of 1 request failed: no error message (1)."

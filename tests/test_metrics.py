@@ -177,3 +177,8 @@ def test_the_real_engine_pins_running_at_max_num_seqs_and_queues_the_rest():
     assert max(s.num_requests_running for s in samples) == 2  # capped, and reached
     assert m.peak_waiting > 0
     assert m.generation_tokens == 6 * 16
+
+
+def test_no_samples_at_all_is_a_clear_error_not_an_assertion():
+    with pytest.raises(ValueError, match="every scrape failed"):
+        metrics.summarize_samples([])

@@ -164,6 +164,49 @@ def test_timeline_plot_has_one_lane_per_request_and_counts_finishes_in_its_title
     assert ax.get_title().startswith("2 requests finished at 2 distinct moments")
 
 
+# ----- a burst with failed requests (notebook 04's live burst cell) -----------------------------------
+BURST = [TimedRequest("r0", 16, 3, 0.0, 0.5, 2.0, 3, 3, True),
+         TimedRequest("r1", 16, 3, 0.1, 1.5, 3.5, 3, 3, True),
+         TimedRequest("r2", 16, 3, 0.2, None, None, 0, 0, False, "APIConnectionError: Connection error."),
+         TimedRequest("r3", 16, 5, 0.3, 1.0, 2.5, 3, 3, False, "asked for 5 tokens, got 3")]
+
+
+def test_the_burst_duration_skips_requests_that_never_got_a_token():
+    # notebook 04 computed max(r.last_token_s for r in records) inline: TypeError with one failed request
+    assert step_fit.burst_seconds(BURST) == pytest.approx(3.5)  # first send 0.0 -> last token 3.5
+    assert step_fit.burst_seconds(BURST[2:3]) is None  # nothing arrived: no duration, not a crash
+    assert step_fit.burst_seconds([]) is None
+
+
+def test_the_measured_median_ttft_leaves_out_requests_without_a_first_token():
+    # notebook 04's sorted(r.ttft_s for r in records) raised TypeError on a None
+    assert step_fit.median_ttft_s(BURST) == pytest.approx(0.7)  # ttfts 0.5, 0.7, 1.4: the middle one
+    assert step_fit.median_ttft_s(BURST[2:3]) is None
+
+
+def test_send_trace_reports_failed_requests_in_words(capsys):
+    fake = FakeCompletions(fail=ConnectionError("refused"))
+    records = asyncio.run(send_trace(FakeServer(fake), [Request("r0", 0.0, 16, 3), Request("r1", 0.0, 16, 3)]))
+    assert [r.ok for r in records] == [False, False]
+    assert "2 of 2 requests failed: ConnectionError: refused (2)." in capsys.readouterr().out
+    asyncio.run(send_trace(FakeServer(fake), [Request("r0", 0.0, 16, 3)], quiet=True))
+    assert capsys.readouterr().out == ""
+
+
+def test_the_timeline_title_counts_failed_requests_and_says_why():
+    ax = plot_request_timeline(BURST).axes[0]
+    title = ax.get_title()
+    assert title.startswith("2 of 4 requests finished at 2 distinct moments")
+    assert "2 of 4 requests failed: APIConnectionError: Connection error. (1); asked for 5 tokens, got 3 (1)." in title
+
+
+def test_a_failed_decode_measurement_says_how_many_failed_and_what_to_do():
+    failed = TimedRequest("a", 16, 11, 0.0, None, None, 0, 0, False, "boom")
+    ok = TimedRequest("b", 16, 11, 0.0, 0.0, 1.0, 11, 11, True)
+    with pytest.raises(RuntimeError, match=r"1 of 2 requests failed: boom \(1\)\. Run the cell again"):
+        decode_tok_s([ok, failed])
+
+
 def test_prediction_record_matches_predict_throughput_and_survives_a_json_round_trip(tmp_path):
     model = StepTimeModel(overhead_s=0.05, prefill_token_s=0.001, decode_seq_s=0.004)
     rec = prediction_record(model, fitted_from="a test")

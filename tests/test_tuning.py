@@ -333,3 +333,67 @@ def test_blocks_per_request_refuses_a_block_size_of_zero():
 
     with pytest.raises(ValueError, match=r"^block_size must be a positive integer, got 0\."):
         blocks_per_request(measurement("a", e2e=1.0, ttft=0.5), 0)
+
+
+# ----- measurements with failed requests -------------------------------------------------------------
+def failing(setting: str, *, failed: int, num: int = 4, lever: str = "KV pool", **kwargs) -> Measurement:
+    """measurement() with its last `failed` requests failed: no first or last token, no usage."""
+    m = measurement(setting, num=num, lever=lever, **kwargs)
+    for i in range(num - failed, num):
+        m.run.records[i] = RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0,
+                                         done_s=1.0)
+    return m
+
+
+def test_the_change_sentence_survives_a_run_where_every_request_failed_and_counts_them():
+    # before: TypeError: unsupported format string passed to NoneType.__format__
+    broken, fine = failing("8", failed=4, e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5)
+    text = describe_change(broken, fine)
+    assert "p95 latency: not measured (- -> 2.0 s)" in text and "median TTFT: not measured (- -> 0.50 s)" in text
+    assert "8: 4 of 4 requests failed: APIConnectionError: Connection error. (4)." in text
+
+
+def test_the_change_sentence_counts_a_partial_failure():
+    text = describe_change(failing("8", failed=1, e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5))
+    assert "8: 1 of 4 requests failed" in text and text.count("requests failed") == 1
+
+
+def test_the_checklist_counts_failed_requests_in_the_verdict():
+    row = checklist([(failing("8", failed=4, e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5))]).splitlines()[2]
+    assert "| - |" in row and "failed requests 4 of 4 -> 0 of 4" in row
+
+
+def test_the_tradeoff_plot_names_a_setting_without_successful_requests_instead_of_crashing():
+    # before: TypeError formatting a None p95, then ZeroDivisionError in the title
+    points = [failing("8", failed=4, e2e=4.0, ttft=2.0, lever="max_num_seqs"),
+              measurement("64", e2e=2.0, ttft=0.5, lever="max_num_seqs")]
+    fig = plot_tradeoff(points, context=[measurement("64, tiny pool", e2e=8.0, ttft=4.0, lever="max_num_seqs")])
+    title = fig._suptitle.get_text()
+    assert title.startswith("Nothing to compare: no request succeeded at 8")
+    assert "8: 4 of 4 requests failed" in title
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "max_num_seqs 8: no successful request (4 failed)" in labels
+
+
+def test_the_tradeoff_plot_compares_the_settings_that_did_measure_something():
+    points = [failing("8", failed=1, e2e=4.0, ttft=2.0, lever="max_num_seqs"),
+              measurement("64", e2e=2.0, ttft=0.5, lever="max_num_seqs")]
+    title = plot_tradeoff(points)._suptitle.get_text()
+    assert title.startswith("max_num_seqs=64 gave") and "8: 1 of 4 requests failed" in title
+
+
+def test_the_prefix_plot_survives_a_run_without_any_first_token():
+    # before: TypeError formatting a None median TTFT (and numpy's warning for the median of nothing)
+    off = failing("off", failed=4, e2e=3.0, ttft=2.0, lever="prefix caching")
+    on = measurement("on", e2e=1.0, ttft=0.25, lever="prefix caching", queries=400, hits=300)
+    fig = plot_prefix(off, on)
+    title = fig._suptitle.get_text()
+    assert "median TTFT - -> 0.25 s" in title and "off: 4 of 4 requests failed" in title
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[0] == "prefix caching off: no successful request"
+
+
+def test_the_lever_plot_marks_latencies_nobody_measured_and_counts_failures():
+    fig = plot_lever([failing("0.05 GiB", failed=4, e2e=4.0, ttft=2.0), measurement("2 GiB", e2e=2.0, ttft=1.0)])
+    notes = [t.get_text() for t in fig.axes[1].texts]
+    assert notes[:4] == ["n/a"] * 4 and "0.05 GiB: 4 of 4 requests failed" in fig._suptitle.get_text()
