@@ -12,6 +12,11 @@ class InvalidArgumentError(CourseError, ValueError):
     before any work starts, with what was given and what to pass instead (see helpers.validate)."""
 
 
+class ResultsFileError(CourseError, ValueError):
+    """A saved results file is empty, cut short or not what it claims to be; the message names
+    the file and what to do (run the cell that makes it again, or delete it)."""
+
+
 class ConfigError(CourseError, ValueError):
     """A server setting is invalid; raised before anything is launched."""
 

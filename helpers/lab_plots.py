@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -175,16 +174,15 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
 
 
 def load_prediction(path: Path | str | None = None) -> dict[str, Any] | None:
-    """The continuous-batching notebook's prediction, or None when it has not been saved yet."""
-    if path is None:
-        from helpers.paths import build_dir
+    """The continuous-batching notebook's prediction, or None when it has not been saved yet.
 
-        path = build_dir("results") / "batching_prediction.json"
-    path = Path(path)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    return data if "max_num_seqs" in data and "predicted_output_tok_s" in data else None
+    The same as :func:`helpers.step_fit.load_prediction`: a file that is empty, cut short or
+    not a prediction raises :class:`helpers.errors.ResultsFileError` naming it and how to make
+    it again (rerun notebook 04's saving cell), rather than a bare ``JSONDecodeError``.
+    """
+    from helpers.step_fit import load_prediction as load  # here: step_fit imports matplotlib's Figure only
+
+    return load(None if path is None else Path(path))
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (),

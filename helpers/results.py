@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from helpers.errors import ResultsFileError
+from helpers.files import read_json, write_atomically
 from helpers.loadtest import LoadTestRun, RequestRecord
 from helpers.loadtest_metrics import pool_summaries, summarize
 from helpers.paths import COURSE_ROOT, build_dir
@@ -58,15 +61,17 @@ def run_from_dict(data: dict[str, Any]) -> LoadTestRun:
 
 def save_run(run: LoadTestRun, folder: Path | str | None = None, name: str | None = None) -> Path:
     """Write one run as JSON; return the path. Default folder: ``build/lab``; default name from
-    the start time, ``max_num_seqs`` and the run tag, e.g. ``20261129T083900-seqs8-3f9a.json``."""
+    the start time, ``max_num_seqs`` and the run tag, e.g. ``20261129T083900-seqs8-3f9a.json``.
+
+    Written whole or not at all (:func:`helpers.files.write_atomically`): a process stopped
+    while saving leaves the previous file, or none, never half a run."""
     folder = Path(folder) if folder is not None else build_dir("lab")
     folder.mkdir(parents=True, exist_ok=True)
     if name is None:
         stamp = run.started_at.replace("-", "").replace(":", "").split("+")[0]
         name = f"{stamp}-seqs{run.max_num_seqs}-{run.settings.get('run_tag', 'run')}.json"
     path = folder / name
-    path.write_text(_dumps(run_to_dict(run)))
-    return path
+    return write_atomically(path, _dumps(run_to_dict(run)))
 
 
 def _dumps(data: dict[str, Any]) -> str:
@@ -78,26 +83,60 @@ def _dumps(data: dict[str, Any]) -> str:
     return head[:-2] + ',\n "records": [\n' + lines + "\n ]\n}\n"
 
 
+_REMEDY = ("Run the load test that made it again (or delete the file); the other runs in its folder are "
+           "not affected.")
+
+
 def load_run(path: Path | str) -> LoadTestRun:
-    return run_from_dict(json.loads(Path(path).read_text()))
+    """One saved run. A file that is empty, cut short, damaged or not a run file raises
+    :class:`~helpers.errors.ResultsFileError` (a ``ValueError``) naming it and what to do."""
+    path = Path(path)
+    data = read_json(path, remedy=_REMEDY)
+    if not _is_run_file(data):
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ResultsFileError(f"{path} is not a load-test run file (format {found!r}, expected {FORMAT!r}). "
+                               "Pass a file written by helpers.results.save_run.")
+    return _run_from_file_data(path, data)
 
 
 def load_runs(where: Path | str | Iterable[Path | str]) -> list[LoadTestRun]:
     """Every run file in a folder (recursively), or the files given; oldest first.
 
-    Files that are not run files (a README, a summary) are skipped.
+    Files that are not run files (a README, a summary) are skipped. A run file that cannot be
+    read (empty or cut short by a process stopped while saving it, or damaged) is skipped
+    with a warning that names it, so the other runs still load. A single file given on its
+    own is not skipped: it raises :class:`~helpers.errors.ResultsFileError`, as :func:`load_run`.
     """
+    if isinstance(where, (str, Path)) and not Path(where).is_dir():
+        data = read_json(where, remedy=_REMEDY)
+        return [_run_from_file_data(Path(where), data)] if _is_run_file(data) else []
     if isinstance(where, (str, Path)):
-        where = Path(where)
-        paths = sorted(where.rglob("*.json")) if where.is_dir() else [where]
+        paths = sorted(Path(where).rglob("*.json"))
     else:
         paths = [Path(p) for p in where]
     runs = []
     for path in paths:
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("format") == FORMAT:
-            runs.append(run_from_dict(data))
+        try:
+            data = read_json(path, remedy=_REMEDY)
+            if _is_run_file(data):
+                runs.append(_run_from_file_data(path, data))
+        except (OSError, ResultsFileError) as error:
+            warnings.warn(f"skipped an unreadable run file: {error}", stacklevel=2)
     return sorted(runs, key=lambda run: run.started_at)
+
+
+def _is_run_file(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def _run_from_file_data(path: Path, data: dict[str, Any]) -> LoadTestRun:
+    """run_from_dict, with a damaged file's error naming the file."""
+    try:
+        return run_from_dict(data)
+    except KeyError as error:
+        raise ResultsFileError(f"{path} is a run file without the field {error}. {_REMEDY}") from error
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ResultsFileError(f"{path} is a damaged run file ({type(error).__name__}: {error}). {_REMEDY}") from error
 
 
 def load_reference_runs(device: str, model: str | None = None) -> list[LoadTestRun]:

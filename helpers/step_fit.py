@@ -55,6 +55,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from helpers.batching_trace import Request
+from helpers.files import read_json, write_atomically
 from helpers.loadtest_metrics import describe_failures
 from helpers.metrics import scrape
 from helpers.paths import build_dir
@@ -457,17 +458,34 @@ def prediction_record(
     }
 
 
+PREDICTION_REMEDY = ("Run notebook 04 (notebooks/04_continuous_batching.ipynb) again down to the cell that saves "
+                     "the prediction (save_prediction), or delete the file.")
+
+
 def save_prediction(record: dict[str, Any], path: Path | None = None) -> Path:
-    """Write a `prediction_record` as JSON (default: `prediction_path()`); returns the path."""
-    path = path or prediction_path()
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    return path
+    """Write a `prediction_record` as JSON (default: `prediction_path()`); returns the path.
+
+    Written whole or not at all (`helpers.files.write_atomically`): a kernel stopped while
+    saving leaves the previous prediction, never half of one."""
+    path = Path(path) if path is not None else prediction_path()
+    return write_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
 def load_prediction(path: Path | None = None) -> dict[str, Any] | None:
-    """The saved prediction, or None when notebook 04 has not written one yet."""
-    path = path or prediction_path()
-    return json.loads(path.read_text()) if path.exists() else None
+    """The saved prediction, or None when notebook 04 has not written one yet.
+
+    A file that is empty, cut short, or not a prediction raises
+    `helpers.errors.ResultsFileError` (a ValueError) naming it and how to make it again."""
+    path = Path(path) if path is not None else prediction_path()
+    if not path.exists():
+        return None
+    data = read_json(path, remedy=PREDICTION_REMEDY)
+    if not isinstance(data, dict) or "max_num_seqs" not in data or "predicted_output_tok_s" not in data:
+        from helpers.errors import ResultsFileError
+
+        raise ResultsFileError(f"{path} is not a batching prediction (no max_num_seqs and predicted_output_tok_s). "
+                               f"{PREDICTION_REMEDY}")
+    return data
 
 
 def plot_fit_and_prediction(

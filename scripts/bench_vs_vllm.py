@@ -33,6 +33,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from helpers.files import write_atomically  # light: nothing but the standard library
+
 BENCH_TIMEOUT_S = 600  # one `vllm bench serve` call: its ~12 s start plus the load
 
 
@@ -71,7 +73,7 @@ def write_sharegpt(workload: Any, path: Path) -> None:
     entries = [{"id": str(spec.index), "conversations": [{"from": "human", "value": spec.prompt},
                                                          {"from": "gpt", "value": "(unused: --sharegpt-output-len)"}]}
                for spec in workload.requests]
-    path.write_text(json.dumps(entries))
+    write_atomically(path, json.dumps(entries))
 
 
 def run_vllm_bench(server: Any, workload: Any, folder: Path, name: str) -> dict[str, Any]:
@@ -189,7 +191,7 @@ def main(argv: list[str]) -> int:
         print("warning: other programs were busy on this machine during the runs (see load_avg_1m and "
               "other_vllm_servers): the comparison is noisy; rerun on a quiet machine.")
     out = folder / f"bench_vs_vllm-{stamp}.json"
-    out.write_text(json.dumps({"max_num_seqs": args.max_num_seqs, "num_requests": args.num_requests,
+    write_atomically(out, json.dumps({"max_num_seqs": args.max_num_seqs, "num_requests": args.num_requests,
                                "output_tokens": args.output_tokens, "rows": rows, "ratios": ratios,
                                "median_ratio": median_ratio, "pooled_ratio": pooled_ratio}, indent=1) + "\n")
     print(f"results: {out}")

@@ -43,10 +43,11 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py
             mkdir -p build/gpu/capture
             "$PY" -m vllm.entrypoints.openai.api_server --help=all 2>/dev/null > build/gpu/capture/help.txt
-            "$PY" -c 'from helpers.server import start_server
+            "$PY" -c 'from helpers.files import write_atomically
+from helpers.server import start_server
 with start_server(max_num_seqs=4) as server:
     server.client().completions.create(model=server.model_name, prompt="Hello", max_tokens=8)
-    open("build/gpu/capture/metrics.txt", "wb").write(server.get("/metrics"))' ;;
+    write_atomically("build/gpu/capture/metrics.txt", server.get("/metrics"))' ;;
         *) "$PY" scripts/run_course.py --out build/gpu/notebooks "$step" ;;
     esac
 done

@@ -19,6 +19,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scripts/run_course.py`
+from helpers.files import write_atomically  # noqa: E402
 OUT = ROOT / "build" / "executed"
 CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
 
@@ -36,7 +38,8 @@ def run(path: Path, out: Path) -> float:
         client.execute()
     finally:
         out.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, out / path.name)
+        text = nbformat.writes(notebook)  # as nbformat.write, but whole or not at all
+        write_atomically(out / path.name, text if text.endswith("\n") else text + "\n")
     return time.monotonic() - began
 
 
@@ -59,7 +62,7 @@ def main(args: list[str]) -> int:
             failed.append(path.name)
             print(f"    FAILED: {str(error).splitlines()[-1] if str(error) else error}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    write_atomically(out / "timings.json", json.dumps(timings, indent=2) + "\n")
     print(f"\nexecuted notebooks: {out}/  total {sum(timings.values()):.0f} s")
     if failed:
         print(f"FAILED: {', '.join(failed)} (the executed copies show the failing cell)", file=sys.stderr)

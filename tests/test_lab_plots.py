@@ -159,3 +159,13 @@ def test_the_sweep_names_a_first_setting_without_throughput_instead_of_dividing_
     rows = runs_table([all_failed_run(1, "r1"), waves_run(8, 0.05, "r8")], pooled=True)
     title = plot_sweep(rows).axes[0].get_title()
     assert "no successful request at 1 slot(s) to compare with" in title
+
+
+@pytest.mark.parametrize("content", ["", '{"max_num_seqs": [8, 6'])
+def test_the_lab_names_a_damaged_prediction_file_instead_of_a_bare_json_error(tmp_path, content):
+    from helpers.errors import ResultsFileError
+
+    path = tmp_path / "batching_prediction.json"
+    path.write_text(content)
+    with pytest.raises(ResultsFileError, match=r"batching_prediction\.json .*Run notebook 04"):
+        load_prediction(path)

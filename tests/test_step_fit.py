@@ -239,3 +239,36 @@ def test_measuring_the_real_server_gives_a_positive_fitted_model():
     fit = data.fit()
     assert fit.overhead_s + fit.decode_seq_s > 0 and fit.prefill_token_s > 0
     assert 1 < fit.decode_tok_s(1) < 1000  # tok/s: a 135M model on a CPU
+
+
+# ----- the saved prediction, written whole and read back with a clear error ------------------------
+@pytest.mark.parametrize("content", ["", '{"max_num_seqs": [8, 64], "predicted_output_t'])
+def test_a_prediction_file_cut_short_raises_an_error_naming_it_and_how_to_make_it_again(tmp_path, content):
+    # before: a bare json.JSONDecodeError that named neither the file nor the notebook
+    from helpers.errors import ResultsFileError
+
+    path = tmp_path / "batching_prediction.json"
+    path.write_text(content)
+    with pytest.raises(ResultsFileError) as caught:
+        load_prediction(path)
+    assert str(path) in str(caught.value) and "Run notebook 04" in str(caught.value)
+
+
+def test_a_json_file_that_is_not_a_prediction_is_refused_by_name(tmp_path):
+    from helpers.errors import ResultsFileError
+
+    path = tmp_path / "batching_prediction.json"
+    path.write_text('{"hello": 1}')
+    with pytest.raises(ResultsFileError, match=r"batching_prediction\.json is not a batching prediction"):
+        load_prediction(path)
+
+
+def test_a_prediction_save_that_fails_midway_keeps_the_previous_prediction(tmp_path, monkeypatch):
+    from helpers import files
+
+    path = save_prediction(prediction_record(StepTimeModel(), fitted_from="first"), tmp_path / "p.json")
+    monkeypatch.setattr(files.os, "replace", lambda *args: (_ for _ in ()).throw(OSError("killed before the rename")))
+    with pytest.raises(OSError):
+        save_prediction(prediction_record(StepTimeModel(), fitted_from="second"), path)
+    assert load_prediction(path)["fitted_from"] == "first"
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
