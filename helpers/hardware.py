@@ -1,12 +1,23 @@
-"""What this machine offers the server: an NVIDIA GPU or only CPUs, and whether we are on Colab.
+"""What this machine offers the server: an NVIDIA GPU or only CPUs, which CPU, and whether we are on Colab.
 
-Detection asks ``nvidia-smi`` rather than importing torch, so it takes milliseconds and
-works before vLLM is installed (the setup script uses it to pick the build).
+Detection asks ``nvidia-smi`` and reads ``/proc/cpuinfo`` rather than importing torch, so it
+takes milliseconds and works before vLLM is installed (the setup script uses it to pick the build).
+
+CPUs differ in what vLLM's CPU build can use: bfloat16 arithmetic needs ``avx512_bf16`` or
+AMX. Without them (AVX2-only laptops and many cloud machines), oneDNN cannot build a bf16
+matmul and falls back to a slow path: on a 2-core AVX2 EPYC the lab's workload ran at
+7.8 tok/s in bfloat16 and 35.9 tok/s in float32. :func:`detect_cpu` reports the class;
+``server_config.cpu_dtype`` turns it into the dtype to serve.
+
+``VLLM_COURSE_CPU_ISA=avx2`` makes a machine with AVX-512 behave as an AVX2-only one, for the
+course's own benchmarks and tests: the CPU is reported without its AVX-512 and AMX flags, and
+the server is launched with every library limited to AVX2 (``server_config.avx2_emulation_env``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Device = Literal["cpu", "cuda"]
+EMULATED_ISAS = ("avx2",)  # what VLLM_COURSE_CPU_ISA may ask for
 
 
 @dataclass(frozen=True)
@@ -58,10 +70,78 @@ def on_colab() -> bool:
     return "google.colab" in sys.modules
 
 
+@dataclass(frozen=True)
+class CPUInfo:
+    """The CPU's name, cores and instruction-set flags (as ``/proc/cpuinfo`` spells them)."""
+
+    model_name: str
+    cores: int
+    flags: frozenset[str]
+    emulated: str | None = None  # "avx2" when VLLM_COURSE_CPU_ISA hides the AVX-512 flags
+
+    @property
+    def native_bf16(self) -> bool:
+        """bfloat16 matmuls in hardware: AVX-512 BF16 (Zen 4, Cooper Lake and later) or AMX."""
+        return bool({"avx512_bf16", "amx_bf16"} & self.flags)
+
+    @property
+    def native_fp16(self) -> bool:
+        """float16 arithmetic in hardware (AVX-512 FP16 or AMX-FP16: Sapphire Rapids and later)."""
+        return bool({"avx512_fp16", "amx_fp16"} & self.flags)
+
+    @property
+    def isa(self) -> str:
+        """The widest vector instructions: "AVX-512 with bf16", "AVX-512", "AVX2" or "no AVX2".
+
+        >>> CPUInfo("x", 2, frozenset({"avx2", "avx512f", "avx512_bf16"})).isa
+        'AVX-512 with bf16'
+        >>> CPUInfo("x", 2, frozenset({"avx2", "fma"})).isa
+        'AVX2'
+        """
+        if "avx512f" in self.flags:
+            return "AVX-512 with bf16" if self.native_bf16 else "AVX-512"
+        return "AVX2" if "avx2" in self.flags else "no AVX2"
+
+    def describe(self) -> str:
+        """e.g. ``"AMD EPYC, AVX-512 with bf16"`` or ``"AMD EPYC, AVX2 (AVX-512 hidden: VLLM_COURSE_CPU_ISA=avx2)"``."""
+        note = f" (AVX-512 hidden: VLLM_COURSE_CPU_ISA={self.emulated})" if self.emulated else ""
+        return f"{self.model_name}, {self.isa}{note}"
+
+
+def detect_cpu(cpuinfo_text: str | None = None) -> CPUInfo:
+    """This machine's CPU; on systems without ``/proc/cpuinfo`` the flags are empty."""
+    if cpuinfo_text is None:
+        try:
+            cpuinfo_text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+        except OSError:
+            cpuinfo_text = ""
+    name = re.search(r"^model name\s*:\s*(.+)$", cpuinfo_text, re.MULTILINE)
+    flags = re.search(r"^flags\s*:\s*(.+)$", cpuinfo_text, re.MULTILINE)
+    found = frozenset(flags.group(1).split()) if flags else frozenset()
+    emulated = emulated_isa()
+    if emulated == "avx2":
+        found = frozenset(f for f in found if not f.startswith(("avx512", "amx")))
+    return CPUInfo(name.group(1).strip() if name else "unknown CPU", os.cpu_count() or 1, found, emulated)
+
+
+def emulated_isa() -> str | None:
+    """The instruction set ``VLLM_COURSE_CPU_ISA`` limits the CPU to, or None."""
+    wanted = os.environ.get("VLLM_COURSE_CPU_ISA", "").strip().lower()
+    if not wanted:
+        return None
+    if wanted not in EMULATED_ISAS:
+        raise ValueError(f"VLLM_COURSE_CPU_ISA must be one of {', '.join(EMULATED_ISAS)} (or unset), got {wanted!r}.")
+    return wanted
+
+
 def describe_machine() -> str:
-    """One line for result files and notebook headers, e.g. ``"CPU: 2 cores"``."""
+    """One line for result files and notebook headers, e.g. ``"CPU: 2 cores, AMD EPYC, AVX2"``.
+
+    It starts with "CPU: N cores" on a CPU, which older result files share.
+    """
     gpus = detect_gpus()
     if gpus:
         gpu = gpus[0]
         return f"{len(gpus)} x {gpu.name} ({gpu.memory_mib // 1024} GiB)"
-    return f"CPU: {os.cpu_count()} cores"
+    cpu = detect_cpu()
+    return f"CPU: {cpu.cores} cores, {cpu.describe()}"

@@ -41,11 +41,12 @@ from typing import Any
 import psutil
 
 from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError, ServerStartError, StartupTimeoutError
-from helpers.hardware import Device, detect_device, detect_gpus
+from helpers.hardware import Device, detect_cpu, detect_device, detect_gpus
 from helpers.model import resolve_model
 from helpers.paths import COURSE_ROOT, build_dir
-from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch, gpu_dtype
-from helpers.server_log import Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, tail
+from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch, cpu_dtype, gpu_dtype
+from helpers.server_log import (Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report,
+                                startup_phases, tail)
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
 PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
@@ -67,6 +68,7 @@ class VLLMServer:
         self.launch: Launch | None = None
         self.kv_cache: KVCacheReport | None = None
         self.startup_seconds: float | None = None
+        self.startup_timeline: list[tuple[float, str]] = []  # (seconds since launch, milestone)
         self._guard: subprocess.Popen[bytes] | None = None
 
     # ----- what a notebook uses -------------------------------------------------------
@@ -142,7 +144,11 @@ class VLLMServer:
                 "meant for GPU throughput labs: it needs about 14 GiB for its weights and a GPU to "
                 "run at a useful speed. On this CPU, use the embedded model (unset VLLM_COURSE_MODEL)."
             )
-        if self.device == "cuda" and self.config.dtype is None and (dtype := gpu_dtype(detect_gpus())):
+        if self.device == "cpu":
+            dtype, why = cpu_dtype(detect_cpu(), self.config.dtype)
+            say(why)
+            self.config = replace(self.config, dtype=dtype)
+        elif self.config.dtype is None and (dtype := gpu_dtype(detect_gpus())):
             say(f"this GPU has no bf16 (compute capability below 8.0): serving in float16 (--dtype {dtype})")
             self.config = replace(self.config, dtype=dtype)
         self.model_name = choice.served_name
@@ -155,9 +161,10 @@ class VLLMServer:
             self.log_path = _new_log_path(self.config.log_dir, self.port)
             say(f"starting vLLM on {self.device.upper()}: {' '.join(self.launch.display_command())}")
             say(f"log: {self.log_path}")
+            launched = time.monotonic()
             try:
                 self._spawn()
-                self._wait_until_ready(began, say)
+                self._wait_until_ready(began, launched, say)
                 break
             except ServerStartError as error:
                 # vLLM binds its port seconds after launch; another program may take a free
@@ -204,10 +211,16 @@ class VLLMServer:
             start_new_session=True,  # survives the kernel's own process group being killed
         )
 
-    def _wait_until_ready(self, began: float, say) -> None:
+    @property
+    def startup_phases(self) -> dict[str, float]:
+        """Seconds spent in each phase of the last start (imports, engine, weights, ...)."""
+        return startup_phases(self.startup_timeline, self.startup_seconds)
+
+    def _wait_until_ready(self, began: float, launched: float, say) -> None:
         assert self.process is not None
         deadline = began + self.config.startup_timeout_s
         seen_lines, last_news = 0, time.monotonic()
+        self.startup_timeline = []
         while True:
             lines = self.log_text().splitlines()
             for line in lines[seen_lines:]:
@@ -215,10 +228,12 @@ class VLLMServer:
                 if label:
                     say(label)
                     last_news = time.monotonic()
+                    self.startup_timeline.append((last_news - launched, label))
             seen_lines = len(lines)
             if self.process.poll() is not None:
                 self._fail(ServerStartError, "exited during start-up")
             if self._answers_as_ours():
+                self.startup_timeline.append((time.monotonic() - launched, "ready"))
                 return
             if self._port_held_by_another_process():
                 # Another server took the port between our check and vLLM's listen(): ours

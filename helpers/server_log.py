@@ -86,6 +86,47 @@ MILESTONES: tuple[tuple[str, str], ...] = (
 )
 
 
+# Phases of a start, each ending at the first milestone whose label starts with the given text.
+PHASES: tuple[tuple[str, str], ...] = (
+    ("imports", "configuration read"),  # Python imports vLLM and torch in the API server
+    ("model config", "model architecture"),  # reads config.json, inspects the model class
+    ("engine process", "engine process started"),  # a second process imports vLLM again
+    ("worker start", "loading weights"),  # the worker: a third process unless the executor is "uni"
+    ("weights", "weights loaded"),
+    ("KV cache and warm-up", "engine initialised"),
+    ("HTTP server", "ready"),
+)
+
+
+def startup_phases(timeline: list[tuple[float, str]], total_s: float | None = None) -> dict[str, float]:
+    """Seconds per phase from (seconds since launch, milestone label) pairs, in start-up order.
+
+    A phase whose end was not seen is merged into the next one that was. ``total_s`` adds what
+    came before the launch (checks, choosing a port) as "before launch".
+
+    >>> startup_phases([(7.0, "configuration read"), (16.0, "model architecture: Llama"),
+    ...                 (24.0, "engine process started"), (33.0, "loading weights"),
+    ...                 (33.5, "weights loaded in 0.4 s"), (37.5, "engine initialised (2.8 s)"),
+    ...                 (39.5, "ready")], total_s=40.0)  # doctest: +NORMALIZE_WHITESPACE
+    {'before launch': 0.5, 'imports': 7.0, 'model config': 9.0, 'engine process': 8.0, 'worker start': 9.0,
+     'weights': 0.5, 'KV cache and warm-up': 4.0, 'HTTP server': 2.0}
+    """
+    ends = {}
+    for seconds, label in timeline:
+        for phase, prefix in PHASES:
+            if label.startswith(prefix) and phase not in ends:
+                ends[phase] = seconds
+    phases: dict[str, float] = {}
+    if total_s is not None and "HTTP server" in ends:
+        phases["before launch"] = round(total_s - ends["HTTP server"], 2)
+    previous = 0.0
+    for phase, _ in PHASES:
+        if phase in ends:
+            phases[phase] = round(ends[phase] - previous, 2)
+            previous = ends[phase]
+    return phases
+
+
 def diagnose(log_text: str, returncode: int | None) -> Diagnosis:
     """Name the likely cause of a failed start from the log text and the exit code."""
     for cause, pattern, advice in _CAUSES:
@@ -124,6 +165,21 @@ class KVCacheReport:
     max_model_len: int | None  # the per-request length the concurrency figure assumes
     max_concurrency: float  # requests of max_model_len tokens that fit at once
     memory_bytes: int | None = None  # KV pool size in bytes, where the engine reports it
+    dtype: str | None = None  # the dtype the model is served in ("bfloat16", "float32", ...)
+    cache_dtype: str | None = None  # the KV cache's own dtype: "auto" follows ``dtype``; or "fp8", ...
+
+    @property
+    def bytes_per_value(self) -> int | None:
+        """Bytes of one K or V number in the pool: 2 in bfloat16, 4 in float32, 1 in fp8.
+
+        >>> KVCacheReport(1, 1, 1, 1, 1.0, dtype="float32", cache_dtype="auto").bytes_per_value
+        4
+        """
+        kind = self.dtype if self.cache_dtype in (None, "auto") else self.cache_dtype
+        return next((size for prefix, size in _BYTES_PER_VALUE if kind and kind.startswith(prefix)), None)
+
+
+_BYTES_PER_VALUE = (("float32", 4), ("bfloat16", 2), ("float16", 2), ("fp8", 1))
 
 
 def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = None) -> KVCacheReport | None:
@@ -141,6 +197,8 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
     info = cache_info or {}
     memory = _optional_int(info.get("kv_cache_memory_bytes"))
     available = re.search(r"Available KV cache memory: ([\d.]+) GiB", log_text)
+    dtype = re.search(r"\bdtype=torch\.(\w+)", log_text)  # the engine's config line
+    cache_dtype = info.get("cache_dtype") or _group(re.search(r"kv_cache_dtype=(\w+)", log_text))
     if memory is None and available:  # the GPU worker's line, rounded to 0.01 GiB
         memory = round(float(available.group(1)) * 2**30)
     return KVCacheReport(
@@ -150,12 +208,18 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
         max_model_len=_int(concurrency.group(1)),
         max_concurrency=float(concurrency.group(2)),
         memory_bytes=memory,
+        dtype=_group(dtype),
+        cache_dtype=cache_dtype,
     )
 
 
 def tail(text: str, lines: int = 25) -> str:
     """The last lines of a log, with vLLM's repetitive process prefixes left as they are."""
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _group(match: re.Match[str] | None) -> str | None:
+    return match.group(1) if match else None
 
 
 def _int(text: str) -> int:

@@ -14,3 +14,59 @@ def test_a_t4_has_no_bf16_and_an_h200_has():
 def test_forcing_cpu_hides_any_gpu(monkeypatch):
     monkeypatch.setenv("VLLM_COURSE_FORCE_CPU", "1")
     assert detect_device() == "cpu"
+
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.hardware import CPUInfo, describe_machine, detect_cpu
+from helpers.server_config import avx2_emulation_env
+
+ZEN4 = "model name\t: AMD EPYC 9R14\nflags\t\t: fpu sse avx2 fma avx512f avx512bw avx512_bf16 avx512_vnni\n"
+ZEN2 = "model name\t: AMD EPYC 7R32\nflags\t\t: fpu sse avx2 fma\n"
+SAPPHIRE = "model name\t: Intel Xeon 8488C\nflags\t\t: avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile\n"
+
+
+@pytest.mark.parametrize("text, isa, bf16, fp16", [
+    (ZEN4, "AVX-512 with bf16", True, False),
+    (ZEN2, "AVX2", False, False),
+    (SAPPHIRE, "AVX-512 with bf16", True, True),
+    ("", "no AVX2", False, False),
+])
+def test_cpu_class_comes_from_the_flags(monkeypatch, text, isa, bf16, fp16):
+    monkeypatch.delenv("VLLM_COURSE_CPU_ISA", raising=False)
+    cpu = detect_cpu(text)
+    assert (cpu.isa, cpu.native_bf16, cpu.native_fp16) == (isa, bf16, fp16)
+
+
+def test_avx2_emulation_hides_every_avx512_and_amx_flag(monkeypatch):
+    monkeypatch.setenv("VLLM_COURSE_CPU_ISA", "avx2")
+    cpu = detect_cpu(SAPPHIRE)
+    assert cpu.isa == "AVX2" and not cpu.native_bf16 and not cpu.native_fp16
+    assert not any(f.startswith(("avx512", "amx")) for f in cpu.flags)
+    assert "VLLM_COURSE_CPU_ISA=avx2" in cpu.describe()
+
+
+def test_an_unknown_emulated_isa_is_refused(monkeypatch):
+    monkeypatch.setenv("VLLM_COURSE_CPU_ISA", "sse2")
+    with pytest.raises(ValueError, match="VLLM_COURSE_CPU_ISA must be one of avx2"):
+        detect_cpu(ZEN4)
+
+
+def test_machine_description_keeps_its_core_count_first(monkeypatch):
+    monkeypatch.setenv("VLLM_COURSE_FORCE_CPU", "1")
+    assert describe_machine().startswith(f"CPU: {os.cpu_count()} cores, ")
+
+
+def test_the_emulation_site_makes_torch_report_an_avx2_cpu(monkeypatch):
+    # The real check: a child Python with the server's environment asks torch what vLLM asks.
+    monkeypatch.setenv("VLLM_COURSE_CPU_ISA", "avx2")
+    env = {**os.environ, **avx2_emulation_env()}
+    code = ("import torch; print(torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported(), "
+            "torch.cpu._is_amx_tile_supported(), torch.cpu._is_avx2_supported(), "
+            "torch.backends.cpu.get_cpu_capability())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "False", "True", "AVX2"]

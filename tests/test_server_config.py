@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from helpers.errors import ConfigError
@@ -110,3 +112,56 @@ def test_shell_command_puts_each_flag_with_its_value_on_one_line():
     lines = _launch("cpu", max_num_seqs=8).shell_command().splitlines()
     assert lines[0] == "python -m vllm.entrypoints.openai.api_server \\"
     assert "    --max-num-seqs 8" in lines and "    -O0 \\" in lines
+
+
+from helpers.hardware import CPUInfo
+from helpers.server_config import AVX2_SITE, cpu_dtype
+
+AVX2_CPU = CPUInfo("EPYC 7R32", 2, frozenset({"avx2", "fma"}))
+BF16_CPU = CPUInfo("EPYC 9R14", 2, frozenset({"avx2", "avx512f", "avx512_bf16"}))
+FP16_CPU = CPUInfo("Xeon 8488C", 2, frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16"}))
+
+
+def test_cpu_dtype_is_bfloat16_only_where_the_cpu_computes_it():
+    assert cpu_dtype(BF16_CPU)[0] == "bfloat16"
+    dtype, why = cpu_dtype(AVX2_CPU)
+    assert dtype == "float32" and "no bfloat16 arithmetic" in why and "4.6x" in why
+
+
+@pytest.mark.parametrize("cpu, fix", [(AVX2_CPU, "float32"), (BF16_CPU, "bfloat16")])
+@pytest.mark.parametrize("half", ["half", "float16"])
+def test_float16_on_a_cpu_without_it_names_the_dtype_to_use(cpu, fix, half):
+    with pytest.raises(ConfigError, match=f"no float16 arithmetic .* Use dtype='{fix}'"):
+        cpu_dtype(cpu, half)
+
+
+def test_float16_is_served_where_the_cpu_has_it():
+    assert cpu_dtype(FP16_CPU, "half")[0] == "float16"
+
+
+def test_bfloat16_asked_for_on_an_avx2_cpu_is_served_with_a_warning():
+    dtype, why = cpu_dtype(AVX2_CPU, "bfloat16")
+    assert dtype == "bfloat16" and "several times slower" in why
+
+
+@pytest.mark.parametrize("bad", ["fp16", "int8", "bf16"])
+def test_an_unknown_dtype_is_refused_before_launch(bad):
+    with pytest.raises(ConfigError, match="dtype must be one of auto, bfloat16, float16, half, float32, float"):
+        ServerConfig(dtype=bad)
+
+
+def test_cpu_launch_runs_the_model_in_the_engine_process(monkeypatch):
+    monkeypatch.delenv("VLLM_COURSE_CPU_ISA", raising=False)
+    launch = _launch("cpu")
+    assert launch.argv[launch.argv.index("--distributed-executor-backend") + 1] == "uni"
+    assert launch.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "ONEDNN_MAX_CPU_ISA" not in launch.env
+    assert "--distributed-executor-backend" not in _launch("cuda").argv
+
+
+def test_emulated_avx2_limits_every_library_of_the_server(monkeypatch):
+    monkeypatch.setenv("VLLM_COURSE_CPU_ISA", "avx2")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = _launch("cpu").env
+    assert (env["ONEDNN_MAX_CPU_ISA"], env["ATEN_CPU_CAPABILITY"], env["MKL_ENABLE_INSTRUCTIONS"]) == ("AVX2", "avx2", "AVX2")
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(AVX2_SITE), "/elsewhere"]

@@ -94,3 +94,10 @@ def test_start_up_milestones_are_recognised_in_order():
 
 def test_tail_keeps_the_last_lines():
     assert tail("a\nb\nc\n", 2) == "b\nc"
+
+
+def test_kv_cache_report_reads_the_served_dtype_from_the_engine_config_line():
+    report = parse_kv_cache_report((LOGS / "ready_cpu.log").read_text())
+    assert (report.dtype, report.cache_dtype, report.bytes_per_value) == ("bfloat16", "auto", 2)
+    fp8 = parse_kv_cache_report((LOGS / "ready_cpu.log").read_text(), {"cache_dtype": "fp8_e4m3"})
+    assert fp8.bytes_per_value == 1
