@@ -464,12 +464,11 @@ def memory_table(rows: Sequence[MemoryRow], request_len: int = 2048) -> str:
 # ----- what this machine supports ----------------------------------------------------------------
 def cpu_supports_fp8_kv() -> bool:
     """Whether vLLM's CPU build can keep the KV cache in FP8 here: it needs x86 with AVX-512 or
-    AMX (``vllm/v1/attention/backends/cpu_attn.py``). Reads the CPU flags; False off Linux."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " avx512f" in flags or " amx_tile" in flags
+    AMX (``vllm/v1/attention/backends/cpu_attn.py``). Follows ``VLLM_COURSE_CPU_ISA=avx2`` too."""
+    from helpers.hardware import detect_cpu
+
+    flags = detect_cpu().flags
+    return "avx512f" in flags or "amx_tile" in flags
 
 
 def kv_pool_bytes(server: Any) -> int | None:
@@ -534,3 +533,25 @@ def checklist(pairs: Sequence[tuple[Measurement, Measurement]], noise: float = N
             f"{' (machine shared: less reliable)' if before.other_servers or after.other_servers else ''}"
             f"{_failed_note(b, a)} |")
     return "\n".join(lines)
+
+
+def pools_for_dtype(pools: Sequence[tuple[str, dict[str, Any]]], bytes_per_value: int | None,
+                    planned_bytes: int = 2) -> list[tuple[str, dict[str, Any]]]:
+    """The notebook's KV pools given in GiB (``kv_cache_space_gib``), resized to hold the same tokens at
+    ``bytes_per_value`` as they were sized for at ``planned_bytes`` (bfloat16's 2). A float32 server
+    needs twice the GiB: 0.025 GiB of float32 holds 4 blocks of 128 tokens, less than one 1,024-token
+    request, and vLLM refuses to start. Pools without a size (the default) are kept as they are.
+
+    >>> pools_for_dtype([("2 GiB", {}), ("0.05 GiB", {"kv_cache_space_gib": 0.05})], 4)
+    [('2 GiB', {}), ('0.1 GiB', {'kv_cache_space_gib': 0.1})]
+    """
+    if not bytes_per_value or bytes_per_value == planned_bytes:
+        return list(pools)
+    scale = bytes_per_value / planned_bytes
+    resized = []
+    for label, change in pools:
+        if "kv_cache_space_gib" in change:
+            gib = round(change["kv_cache_space_gib"] * scale, 6)
+            label, change = f"{gib:g} GiB", {**change, "kv_cache_space_gib": gib}
+        resized.append((label, change))
+    return resized

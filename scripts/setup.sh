@@ -50,6 +50,20 @@ else
     echo "$device $wanted" > "$stamp"
 fi
 
+if [[ $device == cpu ]] && ! ldconfig -p 2>/dev/null | grep -q libtcmalloc; then
+    # vLLM's CPU server runs 8 % faster with tcmalloc preloaded (the server helper preloads it when
+    # present). Optional: without root or apt the course runs as before.
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "installing tcmalloc (Debian's libtcmalloc-minimal4) for the CPU server"
+        { apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1 \
+          || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libtcmalloc-minimal4 >/dev/null 2>&1; }; } \
+          || echo "note: could not install libtcmalloc-minimal4; the server runs without it (about 8 % slower)."
+    else
+        echo "note: tcmalloc is not installed; 'sudo apt-get install libtcmalloc-minimal4' (Debian/Ubuntu) makes the"
+        echo "      CPU server about 8 % faster. The course runs without it."
+    fi
+fi
+
 say "preparing the embedded model (SmolLM2-135M-Instruct)"
 "$VENV/bin/python" -m helpers.model
 say "setup done: $VENV ($device)"

@@ -253,3 +253,54 @@ def test_a_server_with_an_api_key_refuses_requests_without_it():
         with pytest.raises(openai.AuthenticationError):
             wrong.chat.completions.create(**hello)
         assert "classroom-key" not in keyed.log_text()
+
+
+def _kernel_libraries(server) -> set[str]:
+    root = psutil.Process(server.process.pid)
+    maps = "".join(open(f"/proc/{p.pid}/maps").read() for p in [root, *root.children(recursive=True)])
+    return {name for name in ("_C.abi3.so", "_C_AVX512.abi3.so", "_C_AVX2.abi3.so") if f"/vllm/{name}" in maps}
+
+
+@pytest.mark.skipif(detect_device() == "cuda", reason="the CPU build's dtype choice")
+def test_server_on_this_cpu_serves_the_dtype_its_instructions_compute(server):
+    from helpers.hardware import detect_cpu
+
+    expected = "bfloat16" if detect_cpu().native_bf16 else "float32"
+    assert server.kv_cache.dtype == expected
+    assert server.launch.argv[server.launch.argv.index("--dtype") + 1] == expected
+    phases = server.startup_phases
+    assert list(phases)[-1] == "HTTP server" and sum(phases.values()) == pytest.approx(server.startup_seconds, abs=1.0)
+
+
+@pytest.mark.skipif(detect_device() == "cuda", reason="the CPU build's kernels")
+def test_an_emulated_avx2_cpu_gets_float32_and_vllms_avx2_kernels(monkeypatch):
+    from helpers.hardware import detect_cpu
+    from helpers.kv_math import kv_bytes_per_token, load_config, tokens_that_fit
+
+    if not detect_cpu().isa.startswith("AVX-512"):
+        pytest.skip("this CPU has no AVX-512 to hide: it is an AVX2-class machine already")
+    monkeypatch.setenv("VLLM_COURSE_CPU_ISA", "avx2")
+    with start_server(max_num_seqs=4, quiet=True) as avx2:
+        kv = avx2.kv_cache
+        assert (kv.dtype, kv.bytes_per_value) == ("float32", 4)
+        # the hand check of notebook 01 in float32: twice the bytes per token, half the tokens
+        per_token = kv_bytes_per_token(load_config(avx2.launch.argv[avx2.launch.argv.index("--model") + 1]),
+                                       dtype_bytes=kv.bytes_per_value)
+        assert per_token == 46_080 and tokens_that_fit(kv.memory_bytes, per_token, kv.block_size) == kv.num_tokens
+        assert _kernel_libraries(avx2) == {"_C_AVX2.abi3.so"}
+        reply = avx2.client().chat.completions.create(
+            model=avx2.model_name, messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=8, temperature=0)
+        assert reply.choices[0].message.content.strip()
+
+
+@pytest.mark.parametrize("dtype", ["half", "float16"])
+def test_float16_on_a_cpu_without_it_is_refused_with_the_dtype_to_use(dtype):
+    from helpers.hardware import detect_cpu
+
+    if detect_device() == "cuda" or detect_cpu().native_fp16:
+        pytest.skip("this machine computes float16")
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match=r"no float16 arithmetic .* Use dtype='(bfloat16|float32)'"):
+        start_server(dtype=dtype, quiet=True)
+    assert time.monotonic() - began < 5 and not running_servers()

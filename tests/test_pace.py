@@ -1,0 +1,32 @@
+import pytest
+
+from helpers.pace import LAB_OUTPUT_FLOOR, LAB_OUTPUT_TOKENS, Pace, lab_output_tokens
+
+
+@pytest.mark.parametrize("tok_s, expected", [(31.0, 0.5), (62.0, 1.0), (400.0, 1.0), (6.2, 0.1)])
+def test_factor_is_the_share_of_the_reference_pace_capped_at_one(tok_s, expected):
+    assert Pace(tok_s, reference_tok_s=62.0).factor == expected
+
+
+@pytest.mark.parametrize("tok_s", [1.0, 20.0, 31.0, 61.0, 62.0, 1e6])
+@pytest.mark.parametrize("amount, minimum", [(64, 32), (48, 24), (3, 2), (2, 1), (16, 32)])
+def test_scaling_never_grows_a_workload_nor_cuts_below_its_floor(tok_s, amount, minimum):
+    used = Pace(tok_s, reference_tok_s=62.0).scaled(amount, minimum=minimum)
+    assert min(minimum, amount) <= used <= amount
+
+
+def test_a_machine_half_as_fast_runs_half_the_work_above_the_floor():
+    assert Pace(31.0, reference_tok_s=62.0).scaled(64, minimum=24) == 32
+
+
+def test_the_lab_keeps_its_planned_length_on_a_gpu_and_shortens_only_on_a_slow_cpu():
+    slow, fast = Pace(10.0, reference_tok_s=62.0), Pace(200.0, reference_tok_s=62.0)
+    assert lab_output_tokens(fast, "cpu") == LAB_OUTPUT_TOKENS["cpu"]
+    assert lab_output_tokens(slow, "cpu") == LAB_OUTPUT_FLOOR
+    assert lab_output_tokens(slow, "cuda") == LAB_OUTPUT_TOKENS["cuda"]
+
+
+def test_the_description_names_what_was_scaled_and_what_was_not():
+    text = Pace(31.0, reference_tok_s=62.0).describe({"output tokens": (64, 32), "repetitions": (2, 2)})
+    assert "0.50x the reference machine" in text and "output tokens 64 -> 32" in text
+    assert "repetitions" not in text
