@@ -33,6 +33,7 @@ from pathlib import Path
 
 from helpers.errors import ConfigError
 from helpers.hardware import CPUInfo, Device, GPUInfo
+from helpers.server_flags import check_extra_args
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
 LOOPBACK = "127.0.0.1"
@@ -87,6 +88,7 @@ class ServerConfig:
             raise ConfigError(f"startup_timeout_s must be positive, got {self.startup_timeout_s!r}.")
         if isinstance(self.extra_args, (str, bytes)):
             raise ConfigError("extra_args is a sequence of separate arguments, e.g. ('--seed', '0').")
+        check_extra_args(self.extra_args, self.api_key)  # no flag the helper sets, no key on argv
         if not _is_loopback(self.host) and not self.api_key:
             raise ConfigError(
                 f"host={self.host!r} would expose the server beyond this machine. A shared "

@@ -1,4 +1,5 @@
 import os
+import re
 
 import pytest
 
@@ -165,3 +166,134 @@ def test_emulated_avx2_limits_every_library_of_the_server(monkeypatch):
     env = _launch("cpu").env
     assert (env["ONEDNN_MAX_CPU_ISA"], env["ATEN_CPU_CAPABILITY"], env["MKL_ENABLE_INSTRUCTIONS"]) == ("AVX2", "avx2", "AVX2")
     assert env["PYTHONPATH"].split(os.pathsep) == [str(AVX2_SITE), "/elsewhere"]
+
+
+# ----- extra_args cannot pass around the flags the helper sets (helpers.server_flags) -----------
+from helpers import server_flags
+
+# (flag, a value, the ServerConfig field the error names)
+OWNED_FLAGS = [
+    ("--host", "0.0.0.0", "host"),
+    ("--port", "9999", "port"),
+    ("--model", "/models/other", "model"),
+    ("--served-model-name", "other", "model"),
+    ("--kv-cache-memory-bytes", "1024", "kv_cache_space_gib"),
+    ("--gpu-memory-utilization", "0.5", "gpu_memory_utilization"),
+    ("--max-model-len", "4096", "max_model_len"),
+    ("--max-num-seqs", "4", "max_num_seqs"),
+    ("--dtype", "float16", "dtype"),
+    ("--quantization", "fp8", "quantization"),
+    ("--enable-prefix-caching", None, "enable_prefix_caching"),
+    ("--no-enable-prefix-caching", None, "enable_prefix_caching"),
+    ("--distributed-executor-backend", "mp", "device"),
+]
+
+
+def _spellings(flag, value):
+    """Every way vLLM's parser reads the same flag: apart, joined by '=', with underscores."""
+    underscored = "--" + flag[2:].replace("-", "_")
+    if value is None:
+        return [(flag,), (underscored,)]
+    return [(flag, value), (f"{flag}={value}",), (underscored, value), (f"{underscored}={value}",)]
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), OWNED_FLAGS)
+def test_extra_args_cannot_set_a_flag_the_helper_owns_in_any_spelling(flag, value, field):
+    for args in _spellings(flag, value):
+        with pytest.raises(ConfigError, match=rf"sets {flag}\b.*ServerConfig\.{field}: pass {field}="):
+            ServerConfig(extra_args=("--seed", "0", *args))
+
+
+@pytest.mark.parametrize("args", [("--port.x", "1"), ("-q", "fp8"), ("-qfp8",), ("-q=fp8",),
+                                  ("--device-memory-utilization", "0.5")])
+def test_aliases_short_flags_and_dotted_keys_of_owned_flags_are_refused(args):
+    with pytest.raises(ConfigError, match="which the helper sets itself"):
+        ServerConfig(extra_args=args)
+
+
+@pytest.mark.parametrize(("args", "why"), [(("--uds", "/tmp/vllm.sock"), "Unix socket"), (("--grpc",), "gRPC"),
+                                           (("--headless",), "no HTTP"), (("--config=serve.yaml",), "cannot check")])
+def test_flags_that_would_take_the_server_out_of_the_helpers_hands_are_refused(args, why):
+    with pytest.raises(ConfigError, match=why):
+        ServerConfig(extra_args=args)
+
+
+@pytest.mark.parametrize("args", [("--api-key", "k-123"), ("--api-key=k-123",), ("--api_key", "k-123"),
+                                  ("--api_key=k-123",), ("--hf-token", "t-123")])
+def test_a_key_on_the_command_line_is_refused_without_showing_it(args):
+    with pytest.raises(ConfigError, match="never argv") as caught:
+        ServerConfig(extra_args=args)
+    assert "api_key=" in str(caught.value) or "HF_TOKEN" in str(caught.value)
+    assert "123" not in str(caught.value)
+
+
+def test_a_value_that_looks_like_a_key_is_refused_without_showing_it():
+    token = "hf_" + "a1B2c3D4" * 5
+    with pytest.raises(ConfigError, match="looks like a key") as caught:
+        ServerConfig(extra_args=("--seed", token))
+    assert token not in str(caught.value)
+    with pytest.raises(ConfigError, match="never argv"):
+        ServerConfig(host="0.0.0.0", api_key="class-key-2024", extra_args=("--seed", "class-key-2024"))
+
+
+def test_notebook_flags_stay_allowed_without_importing_vllm(monkeypatch):
+    def no_vllm():
+        raise AssertionError("vLLM's parser was built for flags known to be free")
+
+    monkeypatch.setattr(server_flags, "_vllm_parser", no_vllm)
+    for args in [("--attention-backend", "TRITON_ATTN"), ("--kv-cache-dtype", "fp8"), ("--seed", "0"),
+                 ("--seed=-1",), ("--seed", "-1"), ("--enforce-eager",), ("-O0",), ("-O", "3")]:
+        assert ServerConfig(extra_args=args).extra_args == args
+
+
+def test_extra_args_must_be_strings():
+    with pytest.raises(ConfigError, match="holds strings"):
+        ServerConfig(extra_args=("--seed", 0))
+
+
+def _vllm_parser_or_skip():
+    parser = server_flags._vllm_parser()
+    if parser is None:
+        pytest.skip("vLLM cannot be imported here")
+    assert parser.allow_abbrev  # why prefixes must be checked at all
+    return parser
+
+
+@pytest.mark.parametrize(("abbreviation", "flag"), [
+    ("--ho", "--host"), ("--api-k", "--api-key"), ("--max-model", "--max-model-len"), ("--max_model=64", "--max-model-len"),
+    ("--served", "--served-model-name"), ("--kv-cache-mem", "--kv-cache-memory-bytes"), ("--gpu-mem", "--gpu-memory-utilization"),
+    ("--no-enable-prefix", "--no-enable-prefix-caching"), ("--dty", "--dtype"), ("--hf-t", "--hf-token"),
+])
+def test_a_prefix_vllm_would_expand_to_an_owned_flag_is_refused(abbreviation, flag):
+    _vllm_parser_or_skip()
+    with pytest.raises(ConfigError, match=rf"\({re.escape(flag)}\)|sets {re.escape(flag)} "):
+        ServerConfig(extra_args=(abbreviation, "1"))
+
+
+def test_a_prefix_of_a_free_flag_stays_allowed():
+    _vllm_parser_or_skip()
+    assert ServerConfig(extra_args=("--max-num-b", "4096")).extra_args == ("--max-num-b", "4096")
+
+
+def test_without_vllm_a_prefix_of_an_owned_flag_is_refused(monkeypatch):
+    monkeypatch.setattr(server_flags, "_vllm_parser", lambda: None)
+    with pytest.raises(ConfigError, match="sets --max-model-len"):
+        ServerConfig(extra_args=("--max-model", "64"))
+    with pytest.raises(ConfigError, match="never argv"):
+        ServerConfig(extra_args=("--api-k", "x"))
+    assert ServerConfig(extra_args=("--max-num-batched-tokens", "64")).extra_args
+
+
+def test_the_flag_tables_match_vllms_parser():
+    parser = _vllm_parser_or_skip()
+    actions = parser._option_string_actions
+    for dest, flags in server_flags._GUARDED.items():
+        assert all(actions[flag].dest == dest for flag in flags), dest
+    for flag in server_flags.KNOWN_FREE:
+        assert flag in actions and actions[flag].dest not in server_flags.OWNED, flag
+
+
+def test_an_owned_flag_with_a_bad_value_is_refused_before_launch():
+    # tests/data/server_logs/bad_flag.log: vLLM once had to say this, 20 s into a start
+    with pytest.raises(ConfigError, match="pass max_num_seqs="):
+        ServerConfig(extra_args=("--max-num-seqs", "zero"))

@@ -138,7 +138,8 @@ def test_kv_cache_larger_than_free_memory_is_refused():
 
 def test_invalid_flag_value_is_reported_with_vllms_words():
     with pytest.raises(ServerStartError) as caught:
-        start_server(extra_args=("--max-num-seqs", "zero"), quiet=True)
+        # --seed: a flag the helper leaves to extra_args (--max-num-seqs is now refused before launch)
+        start_server(extra_args=("--seed", "zero"), quiet=True)
     assert caught.value.cause == "invalid flag"
     assert "invalid int value: 'zero'" in str(caught.value)
 
