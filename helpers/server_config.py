@@ -41,6 +41,8 @@ LOOPBACK = "127.0.0.1"
 DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
           "float32": "float32", "float": "float32"}
 AVX2_SITE = Path(__file__).resolve().parent / "_avx2_site"  # sitecustomize for VLLM_COURSE_CPU_ISA=avx2
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment variables shown as <hidden>
+HIDDEN = "<hidden>"
 
 
 @dataclass(frozen=True)
@@ -99,10 +101,26 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class Launch:
-    """A command line and the environment variables it needs, ready for ``subprocess``."""
+    """A command line and the environment variables it needs, ready for ``subprocess``.
+
+    Its repr, and :meth:`shown_env`, hide the values of secrets (``VLLM_API_KEY``, ...):
+
+    >>> Launch(["python"], {"VLLM_API_KEY": "s3cret", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    Launch(argv=['python'], env={'VLLM_API_KEY': '<hidden>', 'VLLM_ENABLE_V1_MULTIPROCESSING': '0'})
+    """
 
     argv: list[str]
     env: dict[str, str]  # only the variables the course sets, on top of os.environ
+
+    def shown_env(self) -> dict[str, str]:
+        """The environment with every secret's value replaced by ``<hidden>``, for printing.
+
+        A variable is secret when its name contains KEY, TOKEN, SECRET or PASSWORD.
+        """
+        return {name: HIDDEN if is_secret_name(name) else value for name, value in self.env.items()}
+
+    def __repr__(self) -> str:
+        return f"Launch(argv={self.argv!r}, env={self.shown_env()!r})"
 
     def display_command(self) -> list[str]:
         """The argv without the interpreter path, for showing to learners."""
@@ -262,6 +280,15 @@ def gpu_dtype(gpus: Sequence[GPUInfo]) -> str | None:
     ('half', None)
     """
     return "half" if any(not gpu.supports_bf16 for gpu in gpus) else None
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable's value must not be shown: its name says it is a key.
+
+    >>> is_secret_name("VLLM_API_KEY"), is_secret_name("HF_TOKEN"), is_secret_name("LD_PRELOAD")
+    (True, True, False)
+    """
+    return any(marker in name.upper() for marker in SECRET_MARKERS)
 
 
 def _check_positive_int(name: str, value: object) -> None:

@@ -1,5 +1,6 @@
 import os
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -170,6 +171,7 @@ def test_emulated_avx2_limits_every_library_of_the_server(monkeypatch):
 
 # ----- extra_args cannot pass around the flags the helper sets (helpers.server_flags) -----------
 from helpers import server_flags
+from helpers.server import VLLMServer
 
 # (flag, a value, the ServerConfig field the error names)
 OWNED_FLAGS = [
@@ -291,6 +293,35 @@ def test_the_flag_tables_match_vllms_parser():
         assert all(actions[flag].dest == dest for flag in flags), dest
     for flag in server_flags.KNOWN_FREE:
         assert flag in actions and actions[flag].dest not in server_flags.OWNED, flag
+
+
+# ----- the key never shows ---------------------------------------------------------------------
+KEY = "s3cret-class-key"
+
+
+def test_a_keyed_launch_hides_its_key_from_repr_and_shown_env():
+    launch = _launch("cpu", host="0.0.0.0", api_key=KEY)
+    assert launch.env["VLLM_API_KEY"] == KEY  # the server still gets it
+    assert KEY not in repr(launch) and KEY not in str(launch)
+    shown = launch.shown_env()
+    assert shown["VLLM_API_KEY"] == "<hidden>" and KEY not in repr(shown)
+    assert shown["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # the rest stays readable
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "MY_SECRET", "db_password"])
+def test_every_secret_looking_variable_is_hidden(name):
+    from helpers.server_config import Launch
+
+    assert Launch(["python"], {name: KEY}).shown_env() == {name: "<hidden>"}
+
+
+def test_config_and_server_never_show_the_key():
+    config = ServerConfig(host="0.0.0.0", api_key=KEY)
+    assert KEY not in str(config) and KEY not in repr(config)
+    server = VLLMServer(config)
+    server.port = 8123
+    server.launch = build_launch(replace(config, port=8123), device="cpu", model="/models/m", served_name="m")
+    assert KEY not in repr(server)
 
 
 def test_an_owned_flag_with_a_bad_value_is_refused_before_launch():
