@@ -7,6 +7,11 @@ Example::
 
     >>> diagnose("OSError: [Errno 98] Address already in use", returncode=1).cause
     'port in use'
+    >>> diagnose("Value error, User-specified max_model_len (100000) is greater than the derived "
+    ...          "max_model_len (max_position_embeddings=8192.0 or model_max_length=None in model's config.json).",
+    ...          returncode=1).advice  # doctest: +NORMALIZE_WHITESPACE
+    'max_model_len=100000 is longer than this model allows: its config.json allows 8192 tokens
+     (max_position_embeddings). Start with max_model_len=8192 or less.'
 """
 
 from __future__ import annotations
@@ -49,13 +54,24 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
      "Less GPU memory is free than gpu_memory_utilization asks for: another process holds "
      "some (often an old server; `nvidia-smi` lists it). Stop it (helpers.server.stop_all_servers() "
      "for this kernel's), or lower gpu_memory_utilization, e.g. 0.45 for each of two servers."),
+    ("max model length above the model's limit",
+     # vLLM compares with max_position_embeddings (or a larger model_max_length, where config.json has one)
+     r"User-specified max_model_len \((?P<asked>\d+)\) is greater than the derived max_model_len "
+     r"\((?P<limit_key>\w+)=(?P<allowed>\d+)",
+     "max_model_len={asked} is longer than this model allows: its config.json allows {allowed} "
+     "tokens ({limit_key}). Start with max_model_len={allowed} or less."),
+    # Before "out of memory": vLLM says "memory", but the pool it was given is too small, not too big.
+    ("KV cache too small", r"No available memory for the cache blocks",
+     "The KV cache is too small to hold a single block of tokens: raise kv_cache_space_gib (the course "
+     "default is 2 GiB), or on a GPU without it gpu_memory_utilization, which is what vLLM's log names. "
+     "A pool still too small for one request of max_model_len tokens makes vLLM say how much it needs."),
     ("max model length exceeds KV cache",
      r"larger than the available KV cache memory|KV cache is needed, which is larger than"
      r"|max seq len .* is larger than the maximum number of tokens that can be stored",
      "The KV cache cannot hold even one request of max_model_len tokens. Lower max_model_len "
      "or give the KV cache more memory (kv_cache_space_gib / gpu_memory_utilization)."),
     ("out of memory",
-     r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
+     r"CUDA out of memory|OutOfMemoryError"
      r"|Cannot allocate memory|Insufficient memory|is larger than the available memory"
      r"|less than requested memory for kv",
      "The server ran out of memory. Lower kv_cache_space_gib or gpu_memory_utilization, "
@@ -131,9 +147,9 @@ def diagnose(log_text: str, returncode: int | None) -> Diagnosis:
     """Name the likely cause of a failed start from the log text and the exit code."""
     for cause, pattern, advice in _CAUSES:
         match = re.search(pattern, log_text)
-        if match:
-            detail = match.groupdict().get("detail") or ""
-            return Diagnosis(cause, advice.format(detail=detail.strip()))
+        if match:  # the advice quotes the pattern's named groups: {detail}, {asked}, ...
+            found = {name: (value or "").strip() for name, value in match.groupdict().items()}
+            return Diagnosis(cause, advice.format(**found))
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
         return Diagnosis(

@@ -1,10 +1,11 @@
 """The log reader against real logs captured from failed vLLM 0.32 (CPU) starts."""
 
+import re
 from pathlib import Path
 
 import pytest
 
-from helpers.server_log import diagnose, milestone, parse_kv_cache_report, tail
+from helpers.server_log import _CAUSES, diagnose, milestone, parse_kv_cache_report, tail
 
 LOGS = Path(__file__).parent / "data" / "server_logs"
 
@@ -101,3 +102,23 @@ def test_kv_cache_report_reads_the_served_dtype_from_the_engine_config_line():
     assert (report.dtype, report.cache_dtype, report.bytes_per_value) == ("bfloat16", "auto", 2)
     fp8 = parse_kv_cache_report((LOGS / "ready_cpu.log").read_text(), {"cache_dtype": "fp8_e4m3"})
     assert fp8.bytes_per_value == 1
+
+
+def test_max_model_len_above_the_models_limit_names_both_lengths():
+    # start_server(max_model_len=100000) with SmolLM2 (max_position_embeddings 8192), vLLM 0.32 CPU
+    found = diagnose((LOGS / "mml_over_model_limit.log").read_text(), returncode=1)
+    assert found.cause == "max model length above the model's limit"
+    assert "max_model_len=100000" in found.advice and "allows 8192 tokens" in found.advice
+    assert "max_model_len=8192 or less" in found.advice
+
+
+def test_a_kv_pool_too_small_for_one_block_says_to_raise_it_not_lower_it():
+    # start_server(kv_cache_space_gib=1e-6): 1,073 bytes; vLLM: "No available memory for the cache blocks"
+    found = diagnose((LOGS / "kv_pool_too_small.log").read_text(), returncode=1)
+    assert found.cause == "KV cache too small"
+    assert "raise kv_cache_space_gib" in found.advice and "Lower" not in found.advice
+
+
+def test_every_named_group_of_a_pattern_reaches_the_advice():
+    for cause, pattern, advice in _CAUSES:
+        assert set(re.findall(r"\{(\w+)\}", advice)) <= set(re.compile(pattern).groupindex), cause
