@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.loadtest import LAB_PROMPT_LENS
+from helpers.loadtest import LAB_PROMPT_LENS, build_workload, run_load_test
 
 # The probe: 8 requests at once, prompts of 16/64/256/512 tokens (the lab's mix), 16 output tokens each.
 PROBE = {"num_requests": 8, "prompt_lens": LAB_PROMPT_LENS, "output_tokens": 16}
@@ -88,8 +88,6 @@ def lab_output_tokens(pace: Pace, device: str) -> int:
 
 async def measure_pace(server: Any) -> Pace:
     """Send :data:`PROBE` (after a 2-token warm-up) and time it: a few seconds of the notebook's time on a CPU."""
-    from helpers.loadtest import build_workload, run_load_test
-
     await run_load_test(server, build_workload(server, num_requests=1, prompt_lens=(16,), output_tokens=2),
                         progress=False)
     run = await run_load_test(server, build_workload(server, **PROBE), progress=False)
@@ -101,8 +99,6 @@ async def measure_pace(server: Any) -> Pace:
 
 async def one_request_decode_tok_s(server: Any, output_tokens: int = 32) -> float:
     """One request alone: (output tokens - 1) / (last token - first token), on the client's clock."""
-    from helpers.loadtest import build_workload, run_load_test
-
     run = await run_load_test(server, build_workload(server, num_requests=1, prompt_lens=(16,),
                                                      output_tokens=output_tokens), progress=False)
     record = run.records[0]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.errors import ConfigError
-from helpers.hardware import CPUInfo, Device, GPUInfo
+from helpers.hardware import CPUInfo, Device, GPUInfo, emulated_isa
 from helpers.server_flags import check_extra_args
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
@@ -205,7 +205,7 @@ def cpu_engine_env() -> dict[str, str]:
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     if tcmalloc := find_tcmalloc():
         env["LD_PRELOAD"] = os.pathsep.join(p for p in (tcmalloc, os.environ.get("LD_PRELOAD", "")) if p)
-    if os.environ.get("VLLM_COURSE_CPU_ISA", "").strip().lower() == "avx2":
+    if emulated_isa() == "avx2":
         env.update(avx2_emulation_env())
     return env
 
