@@ -50,6 +50,8 @@ from helpers.server_log import (Diagnosis, KVCacheReport, diagnose, milestone, p
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
 PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
+# vLLM's CPU build loads one of these, chosen by the CPU's instruction sets
+CPU_KERNEL_LIBRARIES = ("_C.abi3.so", "_C_AVX512.abi3.so", "_C_AVX2.abi3.so")
 SERVER_RSS_GIB = 2.5  # measured resident memory of the CPU server before its KV cache
 _LIVE: set["VLLMServer"] = set()  # servers this process started and has not stopped yet
 
@@ -210,6 +212,20 @@ class VLLMServer:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # survives the kernel's own process group being killed
         )
+
+    def kernel_libraries(self) -> set[str]:
+        """Which of vLLM's CPU kernel libraries its processes loaded: ``_C.abi3.so`` (AVX-512 with
+        bf16), ``_C_AVX512.abi3.so`` or ``_C_AVX2.abi3.so``; read from ``/proc/PID/maps``, so empty off Linux."""
+        assert self.process is not None
+        root = psutil.Process(self.process.pid)
+        found = set()
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                maps = Path(f"/proc/{proc.pid}/maps").read_text()
+            except OSError:
+                continue
+            found.update(name for name in CPU_KERNEL_LIBRARIES if f"/vllm/{name}" in maps)
+        return found
 
     @property
     def startup_phases(self) -> dict[str, float]:

@@ -29,8 +29,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
-
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine, detect_cpu
 from helpers.loadtest import build_workload, run_load_test
@@ -38,26 +36,10 @@ from helpers.pace import measure_pace, one_request_decode_tok_s
 from helpers.paths import build_dir
 from helpers.server import start_server
 
-KERNEL_LIBRARIES = ("_C.abi3.so", "_C_AVX512.abi3.so", "_C_AVX2.abi3.so")
-
-
-def kernel_libraries(server) -> list[str]:
-    """vLLM's kernel libraries mapped by any process of the server (read from /proc/PID/maps)."""
-    found = set()
-    root = psutil.Process(server.process.pid)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            maps = Path(f"/proc/{proc.pid}/maps").read_text()
-        except OSError:
-            continue
-        found.update(name for name in KERNEL_LIBRARIES if f"/vllm/{name}" in maps)
-    return sorted(found)
-
-
 async def measure(dtype: str, max_num_seqs: int, num_requests: int, output_tokens: int) -> dict:
     with start_server(max_num_seqs=max_num_seqs, dtype=dtype, quiet=True) as server:
         row = {"dtype": dtype, "max_num_seqs": max_num_seqs, "start_s": round(server.startup_seconds, 1),
-               "phases_s": server.startup_phases, "kernel_libraries": kernel_libraries(server),
+               "phases_s": server.startup_phases, "kernel_libraries": sorted(server.kernel_libraries()),
                "onednn_fallback": "Failed to create oneDNN linear" in server.log_text(),
                "served_dtype": server.kv_cache.dtype if server.kv_cache else None}
         if max_num_seqs == 64:

@@ -1,4 +1,11 @@
-from helpers.hardware import GPUInfo, _parse_gpu_line, detect_device
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.hardware import GPUInfo, _parse_gpu_line, describe_machine, detect_cpu, detect_device
+from helpers.server_config import avx2_emulation_env
 
 
 def test_nvidia_smi_line_is_parsed():
@@ -15,15 +22,6 @@ def test_forcing_cpu_hides_any_gpu(monkeypatch):
     monkeypatch.setenv("VLLM_COURSE_FORCE_CPU", "1")
     assert detect_device() == "cpu"
 
-
-import os
-import subprocess
-import sys
-
-import pytest
-
-from helpers.hardware import CPUInfo, describe_machine, detect_cpu
-from helpers.server_config import avx2_emulation_env
 
 ZEN4 = "model name\t: AMD EPYC 9R14\nflags\t\t: fpu sse avx2 fma avx512f avx512bw avx512_bf16 avx512_vnni\n"
 ZEN2 = "model name\t: AMD EPYC 7R32\nflags\t\t: fpu sse avx2 fma\n"

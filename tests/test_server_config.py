@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from helpers.errors import ConfigError
-from helpers.server_config import ServerConfig, build_launch
+from helpers.hardware import CPUInfo
+from helpers.server_config import AVX2_SITE, ServerConfig, build_launch, cpu_dtype
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "8", True])
@@ -115,9 +116,6 @@ def test_shell_command_puts_each_flag_with_its_value_on_one_line():
     assert lines[0] == "python -m vllm.entrypoints.openai.api_server \\"
     assert "    --max-num-seqs 8" in lines and "    -O0 \\" in lines
 
-
-from helpers.hardware import CPUInfo
-from helpers.server_config import AVX2_SITE, cpu_dtype
 
 AVX2_CPU = CPUInfo("EPYC 7R32", 2, frozenset({"avx2", "fma"}))
 BF16_CPU = CPUInfo("EPYC 9R14", 2, frozenset({"avx2", "avx512f", "avx512_bf16"}))

@@ -256,12 +256,6 @@ def test_a_server_with_an_api_key_refuses_requests_without_it():
         assert "classroom-key" not in keyed.log_text()
 
 
-def _kernel_libraries(server) -> set[str]:
-    root = psutil.Process(server.process.pid)
-    maps = "".join(open(f"/proc/{p.pid}/maps").read() for p in [root, *root.children(recursive=True)])
-    return {name for name in ("_C.abi3.so", "_C_AVX512.abi3.so", "_C_AVX2.abi3.so") if f"/vllm/{name}" in maps}
-
-
 @pytest.mark.skipif(detect_device() == "cuda", reason="the CPU build's dtype choice")
 def test_server_on_this_cpu_serves_the_dtype_its_instructions_compute(server):
     from helpers.hardware import detect_cpu
@@ -288,7 +282,7 @@ def test_an_emulated_avx2_cpu_gets_float32_and_vllms_avx2_kernels(monkeypatch):
         per_token = kv_bytes_per_token(load_config(avx2.launch.argv[avx2.launch.argv.index("--model") + 1]),
                                        dtype_bytes=kv.bytes_per_value)
         assert per_token == 46_080 and tokens_that_fit(kv.memory_bytes, per_token, kv.block_size) == kv.num_tokens
-        assert _kernel_libraries(avx2) == {"_C_AVX2.abi3.so"}
+        assert avx2.kernel_libraries() == {"_C_AVX2.abi3.so"}
         reply = avx2.client().chat.completions.create(
             model=avx2.model_name, messages=[{"role": "user", "content": "What is the capital of France?"}],
             max_tokens=8, temperature=0)
