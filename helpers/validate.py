@@ -1,6 +1,6 @@
 """Checks of what a caller passes in: a clear ``ValueError`` before any work starts.
 
-Shared by the load tester (:mod:`helpers.loadtest`), the tuning helpers (:mod:`helpers.tuning`)
+Shared by the load tester (:mod:`helpers.load.loadtest`), the tuning helpers (:mod:`helpers.tuning.levers`)
 and the lab's sweep script (``scripts/lab_sweep.py``). Each check returns the value (as an
 ``int`` or ``float``) or raises :class:`helpers.errors.InvalidArgumentError`, a ``ValueError``
 whose message says what was given and what to pass instead. Unlike ``assert``, these checks
@@ -8,7 +8,7 @@ still run under ``python -O``. A ``bool`` is never accepted as a number (``True`
 request), nor is a float where a count is expected (``2.5`` requests, or even ``2.0``).
 
 This module imports nothing else from ``helpers`` except the error class, so any helper can use it.
-(``helpers.server_config`` has its own ``_check_positive_int``, which raises ``ConfigError``.)
+(``helpers.serve.config`` has its own ``_check_positive_int``, which raises ``ConfigError``.)
 
 Example::
 

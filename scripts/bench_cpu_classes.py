@@ -5,8 +5,8 @@ AVX2 through ``VLLM_COURSE_CPU_ISA=avx2``) and each dtype (bfloat16, float32), i
 course's server at ``max_num_seqs`` 64 and 8 and measures:
 
 - the start: seconds to ready and each phase (imports, engine process, weights, KV cache, ...);
-- one request alone: its decode rate; and the notebooks' pace probe (``helpers.pace.measure_pace``,
-  8 short requests at once), whose bfloat16 figure here is ``helpers.pace.REFERENCE_TOK_S``;
+- one request alone: its decode rate; and the notebooks' pace probe (``helpers.load.pace.measure_pace``,
+  8 short requests at once), whose bfloat16 figure here is ``helpers.load.pace.REFERENCE_TOK_S``;
 - the lab's load: 50 requests of the lab's prompt mix, sent at once, 32 output tokens each.
 
 It also checks that the emulation reaches vLLM's kernels: which of vLLM's kernel libraries
@@ -31,10 +31,10 @@ from pathlib import Path
 
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine, detect_cpu
-from helpers.loadtest import build_workload, run_load_test
-from helpers.pace import measure_pace, one_request_decode_tok_s
+from helpers.load.loadtest import build_workload, run_load_test
+from helpers.load.pace import measure_pace, one_request_decode_tok_s
 from helpers.paths import build_dir
-from helpers.server import start_server
+from helpers.serve.server import start_server
 
 async def measure(dtype: str, max_num_seqs: int, num_requests: int, output_tokens: int) -> dict:
     with start_server(max_num_seqs=max_num_seqs, dtype=dtype, quiet=True) as server:

@@ -77,7 +77,7 @@ def write_sharegpt(workload: Any, path: Path) -> None:
 
 
 def run_vllm_bench(server: Any, workload: Any, folder: Path, name: str) -> dict[str, Any]:
-    from helpers.model import resolve_model
+    from helpers.serve.model import resolve_model
 
     dataset = folder / f"{name}-prompts.json"
     write_sharegpt(workload, dataset)
@@ -103,7 +103,7 @@ def run_vllm_bench(server: Any, workload: Any, folder: Path, name: str) -> dict[
 
 def bench_as_records(result: dict[str, Any]) -> list[Any]:
     """vLLM's per-request details as our RequestRecords, so one metrics function reads both."""
-    from helpers.loadtest import RequestRecord
+    from helpers.load.loadtest import RequestRecord
 
     start = min(result["start_times"])
     records = []
@@ -138,11 +138,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output-tokens", type=int, default=64)
     args = parser.parse_args(argv)
 
-    from helpers.loadtest import build_workload, run_load_test
-    from helpers.loadtest_metrics import summarize
+    from helpers.load.loadtest import build_workload, run_load_test
+    from helpers.load.summary import summarize
     from helpers.paths import build_dir
-    from helpers.results import format_table
-    from helpers.server import start_server
+    from helpers.lab.results import format_table
+    from helpers.serve.server import start_server
 
     folder = build_dir("bench")
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")

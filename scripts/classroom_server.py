@@ -8,14 +8,14 @@ The instructor runs, on the machine that serves (a GPU machine for a class of an
 
 and each student, with the same key in their own ``VLLM_COURSE_API_KEY``::
 
-    from helpers.classroom import connect
+    from helpers.serve.classroom import connect
     server = connect("http://<instructor's address>:8000")
 
 The server binds 127.0.0.1 unless ``--host`` names another interface. An API key is always
 required; it is read from an environment variable (``--api-key-env``, default
 VLLM_COURSE_API_KEY), passed to vLLM through its environment (not its command line, which
 ``ps`` shows to every user), and never printed or written in full: this script shows its last
-two characters only. Server options are those of ``helpers.server.start_server``.
+two characters only. Server options are those of ``helpers.serve.server.start_server``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the helpers package, from any folder
 
-from helpers.classroom import API_KEY_ENV, mask_key  # noqa: E402
+from helpers.serve.classroom import API_KEY_ENV, mask_key  # noqa: E402
 from helpers.errors import CourseError  # noqa: E402
-from helpers.server_config import LOOPBACK, ServerConfig  # noqa: E402
+from helpers.serve.config import LOOPBACK, ServerConfig  # noqa: E402
 
 MIN_KEY_LENGTH = 12
 
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    from helpers.server import start_server
+    from helpers.serve.server import start_server
 
     # SIGTERM (e.g. from a process manager) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
             print(f"server log: {server.log_path}")
             print("\nStudents, in the shell that starts Jupyter:  export VLLM_COURSE_API_KEY=<the key>\n"
                   "then in a notebook:\n"
-                  "    from helpers.classroom import connect\n"
+                  "    from helpers.serve.classroom import connect\n"
                   f'    server = connect("{urls[0]}")\n'
                   "\nCtrl-C stops the server.", flush=True)
             while server.is_running():

@@ -22,7 +22,7 @@ if [[ -n ${SMOLLM2_DIR:-} ]]; then
     ln -sfn "$SMOLLM2_DIR" "$VLLM_COURSE_CACHE/SmolLM2-135M-Instruct"
     echo '{"from": "converted elsewhere from the same GGUF"}' > "$SMOLLM2_DIR/.course-complete.json"
 fi
-"$PY" -m helpers.model || exit 1
+"$PY" -m helpers.serve.model || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
 
@@ -44,7 +44,7 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
             mkdir -p build/gpu/capture
             "$PY" -m vllm.entrypoints.openai.api_server --help=all 2>/dev/null > build/gpu/capture/help.txt
             "$PY" -c 'from helpers.files import write_atomically
-from helpers.server import start_server
+from helpers.serve.server import start_server
 with start_server(max_num_seqs=4) as server:
     server.client().completions.create(model=server.model_name, prompt="Hello", max_tokens=8)
     write_atomically("build/gpu/capture/metrics.txt", server.get("/metrics"))' ;;

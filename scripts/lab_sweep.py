@@ -1,6 +1,6 @@
 """The lab's sweep: the same load test at max_num_seqs 1, 2, 4, 8, 16, 32, 64, one server start each.
 
-Writes one JSON file per run (helpers.results format, raw records included) to the output
+Writes one JSON file per run (helpers.lab.results format, raw records included) to the output
 folder and prints the pooled table. The committed reference results in results/cpu/ were
 made with the defaults:
 
@@ -23,11 +23,11 @@ import psutil
 
 from helpers import validate
 from helpers.errors import InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
-from helpers.loadtest import (DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, LAB_PROMPT_LENS, build_workload,
+from helpers.load.loadtest import (DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, LAB_PROMPT_LENS, build_workload,
                               run_load_test)
 from helpers.paths import build_dir
-from helpers.results import format_table, load_runs, runs_table, save_run
-from helpers.server import start_server
+from helpers.lab.results import format_table, load_runs, runs_table, save_run
+from helpers.serve.server import start_server
 
 SETTINGS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -107,7 +107,7 @@ def _positive_int_arg(text: str) -> int:
 def _default_max_model_len() -> int | None:
     """The context length start_server() gives a server when none is passed (None if unknown)."""
     try:
-        from helpers.server_config import ServerConfig
+        from helpers.serve.config import ServerConfig
 
         return int(ServerConfig.__dataclass_fields__["max_model_len"].default)
     except (ImportError, AttributeError, KeyError, TypeError, ValueError):

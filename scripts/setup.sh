@@ -65,5 +65,5 @@ if [[ $device == cpu ]] && ! ldconfig -p 2>/dev/null | grep -q libtcmalloc; then
 fi
 
 say "preparing the embedded model (SmolLM2-135M-Instruct)"
-"$VENV/bin/python" -m helpers.model
+"$VENV/bin/python" -m helpers.serve.model
 say "setup done: $VENV ($device)"

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from helpers import batching_exercises as ex
-from helpers.step_time import StepTimeModel
+from helpers.batching import exercises as ex
+from helpers.batching.step_time import StepTimeModel
 
 
 def test_docstring_examples_run():

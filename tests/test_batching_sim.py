@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import batching_sim
-from helpers.batching_sim import simulate, simulate_continuous, simulate_static
-from helpers.batching_trace import Request, lab_trace, mixed_length_trace
-from helpers.step_time import StepTimeModel
+from helpers.batching import sim as batching_sim
+from helpers.batching.sim import simulate, simulate_continuous, simulate_static
+from helpers.batching.trace import Request, lab_trace, mixed_length_trace
+from helpers.batching.step_time import StepTimeModel
 
 # Every step takes exactly one second: times and throughputs become step counts.
 ONE_SECOND_STEPS = StepTimeModel(overhead_s=1.0, prefill_token_s=0.0, decode_seq_s=0.0)

@@ -4,8 +4,8 @@ import doctest
 
 import pytest
 
-from helpers import batching_trace
-from helpers.batching_trace import (
+from helpers.batching import trace as batching_trace
+from helpers.batching.trace import (
     Request,
     bursty_trace,
     lab_trace,

@@ -10,11 +10,11 @@ import ipywidgets as widgets
 import pytest
 from matplotlib.figure import Figure
 
-from helpers import batching_view
-from helpers.batching_sim import simulate_continuous, simulate_static
-from helpers.batching_trace import Request, make_trace, mixed_length_trace
-from helpers.batching_view import animate, compare_figure, draw_slots, finding, running_counters
-from helpers.step_time import StepTimeModel
+from helpers.batching import view as batching_view
+from helpers.batching.sim import simulate_continuous, simulate_static
+from helpers.batching.trace import Request, make_trace, mixed_length_trace
+from helpers.batching.view import animate, compare_figure, draw_slots, finding, running_counters
+from helpers.batching.step_time import StepTimeModel
 
 
 @pytest.fixture(scope="module")

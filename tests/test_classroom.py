@@ -1,5 +1,5 @@
 """Classroom mode on 127.0.0.1: scripts/classroom_server.py started as an instructor would,
-helpers.classroom.connect used as a student would. One real server for the whole module."""
+helpers.serve.classroom.connect used as a student would. One real server for the whole module."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from helpers.classroom import API_KEY_ENV, SharedServerError, connect, mask_key
-from helpers.loadtest import build_workload, run_load_test
+from helpers.serve.classroom import API_KEY_ENV, SharedServerError, connect, mask_key
+from helpers.load.loadtest import build_workload, run_load_test
 from helpers.paths import COURSE_ROOT
 from tests.conftest import vllm_processes, wait_until_gone
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.colab import COLAB_CHECKOUT, SETUP_CELL
 from helpers.hardware import _parse_gpu_line
-from helpers.server_config import ServerConfig, build_launch, gpu_dtype
+from helpers.serve.config import ServerConfig, build_launch, gpu_dtype
 
 
 @pytest.fixture

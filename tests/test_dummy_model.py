@@ -6,12 +6,12 @@ import shutil
 
 import pytest
 
-from helpers.dummy_model import ARCHITECTURES, parse_dummy_name, prepare_dummy_model
+from helpers.serve.dummy_model import ARCHITECTURES, parse_dummy_name, prepare_dummy_model
 from helpers.errors import ModelNotAvailableError, NoGPUError
 from helpers.hardware import GPUInfo
-from helpers.kv_math import kv_bytes_per_token, load_config
-from helpers.model import prepare_embedded_model, resolve_model
-from helpers.server_config import ServerConfig, build_launch, gpu_dtype
+from helpers.paged.kv_math import kv_bytes_per_token, load_config
+from helpers.serve.model import prepare_embedded_model, resolve_model
+from helpers.serve.config import ServerConfig, build_launch, gpu_dtype
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_resolve_model_serves_it_with_the_dummy_load_format(monkeypatch, tmp_pat
 
 
 def test_starting_it_on_a_cpu_is_refused_before_anything_launches(monkeypatch):
-    from helpers.server import VLLMServer
+    from helpers.serve.server import VLLMServer
 
     monkeypatch.setenv("VLLM_COURSE_FORCE_CPU", "1")
     server = VLLMServer(model="dummy:llama-3.1-8b")

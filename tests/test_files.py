@@ -22,7 +22,7 @@ import pytest
 from helpers import files
 from helpers.errors import ResultsFileError
 from helpers.files import read_json, write_atomically
-from helpers.results import load_run, load_runs, save_run
+from helpers.lab.results import load_run, load_runs, save_run
 from tests.test_results import make_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_save_run_that_hits_the_file_size_limit_midway_leaves_the_old_run_and_no
 
 CHILD = textwrap.dedent("""
     import resource, signal, sys
-    from helpers.results import save_run
+    from helpers.lab.results import save_run
     from tests.test_files import LIMIT, big_run
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file from the kill
@@ -116,7 +116,7 @@ def test_a_process_killed_in_the_middle_of_save_run_leaves_every_run_loadable(tm
 SIGKILLED_CHILD = textwrap.dedent("""
     import sys, time
     from helpers import files
-    from helpers.results import save_run
+    from helpers.lab.results import save_run
     from tests.test_files import big_run
 
     real_fsync = files.os.fsync

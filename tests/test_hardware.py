@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from helpers.hardware import GPUInfo, _parse_gpu_line, describe_machine, detect_cpu, detect_device
-from helpers.server_config import avx2_emulation_env
+from helpers.serve.config import avx2_emulation_env
 
 
 def test_nvidia_smi_line_is_parsed():

@@ -11,9 +11,9 @@ from dataclasses import replace  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers.metrics import MetricsSample  # noqa: E402
+from helpers.load.metrics import MetricsSample  # noqa: E402
 
-from helpers.kv_capacity import (  # noqa: E402
+from helpers.paged.capacity import (  # noqa: E402
     LAB_MIX,
     LengthMix,
     TokenRequestRecord,
@@ -26,10 +26,10 @@ from helpers.kv_capacity import (  # noqa: E402
     send_token_prompts,
     token_prompt,
 )
-from helpers.paged_kv import ContiguousKVCache, PagedKVCache  # noqa: E402
-from helpers.paged_kv_sim import simulate  # noqa: E402
-from helpers.paged_kv_trace import KVRequest  # noqa: E402
-from helpers.server_log import KVCacheReport  # noqa: E402
+from helpers.paged.cache import ContiguousKVCache, PagedKVCache  # noqa: E402
+from helpers.paged.sim import simulate  # noqa: E402
+from helpers.paged.trace import KVRequest  # noqa: E402
+from helpers.serve.log import KVCacheReport  # noqa: E402
 
 CPU_REPORT = KVCacheReport(num_tokens=93_184, num_blocks=728, block_size=128, max_model_len=2048, max_concurrency=45.5)
 

@@ -1,5 +1,5 @@
 from helpers.checks import check_choice, check_number
-from helpers.kv_math import kv_bytes_per_token, tokens_that_fit
+from helpers.paged.kv_math import kv_bytes_per_token, tokens_that_fit
 
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
            "hidden_size": 576, "torch_dtype": "bfloat16"}

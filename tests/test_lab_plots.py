@@ -1,4 +1,4 @@
-"""helpers.lab_plots: every figure builds headless (Agg) from runs, and its title states what the data show."""
+"""helpers.lab.plots: every figure builds headless (Agg) from runs, and its title states what the data show."""
 
 import doctest
 import json
@@ -10,15 +10,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from helpers.lab_plots import (
+from helpers.lab.plots import (
     load_prediction,
     plot_latency_cdf,
     plot_sweep,
     plot_throughput,
     plot_timeline,
 )
-from helpers.loadtest import LoadTestRun, RequestRecord
-from helpers.results import runs_table
+from helpers.load.loadtest import LoadTestRun, RequestRecord
+from helpers.lab.results import runs_table
 
 
 def waves_run(seqs, step_s, tag, n=50, tokens=64):
@@ -88,7 +88,7 @@ def test_sub_second_gpu_latencies_keep_their_digits_in_the_sweep_title():
 
 
 def test_docstring_examples_run():
-    from helpers import lab_plots
+    from helpers.lab import plots as lab_plots
 
     assert doctest.testmod(lab_plots).failed == 0
 

@@ -1,4 +1,4 @@
-"""helpers.loadtest: the workload is sized right, and the client records everything and never raises.
+"""helpers.load.loadtest: the workload is sized right, and the client records everything and never raises.
 
 Most tests use a tiny fake OpenAI-compatible server (a thread on 127.0.0.1 that streams
 server-sent events, or misbehaves on purpose), so they run in seconds without vLLM. The
@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.loadtest import (
+from helpers.load.loadtest import (
     LAB_PROMPT_LENS,
     Endpoint,
     RequestSpec,
@@ -30,7 +30,7 @@ from helpers.loadtest import (
     make_client,
     run_load_test,
 )
-from helpers.loadtest_metrics import summarize
+from helpers.load.summary import summarize
 
 
 # ----- a toy tokenizer and a fake server --------------------------------------------------------
@@ -392,7 +392,7 @@ def test_failed_requests_are_reported_in_words_with_their_count_and_error(capsys
 # ----- against the real vLLM server ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server():
-    from helpers.server import start_server
+    from helpers.serve.server import start_server
 
     with start_server(max_num_seqs=4, quiet=True) as running:
         yield running
@@ -426,7 +426,7 @@ class TestAgainstVLLM:
 @pytest.mark.server
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a_hang():
-    from helpers.server import start_server
+    from helpers.serve.server import start_server
 
     server = start_server(max_num_seqs=4, quiet=True)
     try:

@@ -1,10 +1,10 @@
-"""helpers.loadtest_metrics: one pure function from raw records to numbers, checked by hand and against numpy."""
+"""helpers.load.summary: one pure function from raw records to numbers, checked by hand and against numpy."""
 
 import numpy as np
 import pytest
 
-from helpers.loadtest import RequestRecord
-from helpers.loadtest_metrics import peak_overlap, percentile, pool_summaries, summarize
+from helpers.load.loadtest import RequestRecord
+from helpers.load.summary import peak_overlap, percentile, pool_summaries, summarize
 
 
 def ok(index, send, ttft, e2e, tokens=5, prompt=20, itl=None):
@@ -122,7 +122,7 @@ def test_a_run_where_every_request_failed_has_no_latencies_but_a_wall_time_and_e
 
 
 def test_failures_are_described_in_words_grouped_by_error_most_frequent_first():
-    from helpers.loadtest_metrics import describe_failures
+    from helpers.load.summary import describe_failures
 
     records = [ok(0, 0.0, 1.0, 2.0)] * 17 + [failed(1)] * 2 + [failed(2, error="timeout: no complete answer")]
     assert describe_failures(records) == ("3 of 20 requests failed: APIConnectionError: Connection error. (2); "

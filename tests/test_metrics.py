@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import metrics
-from helpers.metrics import (
+from helpers.load import metrics as metrics
+from helpers.load.metrics import (
     MetricsSample,
     counter_delta,
     metrics_finding,
@@ -165,9 +165,9 @@ def test_poller_stops_at_its_time_limit_without_a_stop_signal(fake_server):
 @pytest.mark.server
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_the_real_engine_pins_running_at_max_num_seqs_and_queues_the_rest():
-    from helpers.batching_trace import lab_trace
-    from helpers.server import start_server
-    from helpers.step_fit import send_trace
+    from helpers.batching.trace import lab_trace
+    from helpers.serve.server import start_server
+    from helpers.batching.step_fit import send_trace
 
     with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True) as server:
         burst = lab_trace(num_requests=6, prompt_lens=(16, 64), output_len=16)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import model as model_module
+from helpers.serve import model as model_module
 from helpers.errors import CacheNotWritableError, ModelNotAvailableError
-from helpers.model import EMBEDDED_SERVED_NAME, prepare_embedded_model, resolve_model
+from helpers.serve.model import EMBEDDED_SERVED_NAME, prepare_embedded_model, resolve_model
 
 SECRET = "hf_thisIsNotARealTokenButMustNeverBePrinted"
 
@@ -62,7 +62,7 @@ def hub_env(tmp_path):
 
 def _resolve_in_child(model_id: str, env: dict[str, str]) -> str:
     """Run resolve_model in a fresh interpreter (the hub client reads HF_ENDPOINT at import)."""
-    code = f"from helpers.model import resolve_model; resolve_model({model_id!r})"
+    code = f"from helpers.serve.model import resolve_model; resolve_model({model_id!r})"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     return done.stdout + done.stderr

@@ -1,6 +1,6 @@
 import pytest
 
-from helpers.pace import LAB_OUTPUT_FLOOR, LAB_OUTPUT_TOKENS, Pace, lab_output_tokens
+from helpers.load.pace import LAB_OUTPUT_FLOOR, LAB_OUTPUT_TOKENS, Pace, lab_output_tokens
 
 
 @pytest.mark.parametrize("tok_s, expected", [(31.0, 0.5), (62.0, 1.0), (400.0, 1.0), (6.2, 0.1)])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.paged_kv import BlockStatus, ContiguousKVCache, PagedKVCache, hash_block_tokens
+from helpers.paged.cache import BlockStatus, ContiguousKVCache, PagedKVCache, hash_block_tokens
 
 SYSTEM = list(range(100, 132))  # 32 tokens: two full blocks of 16
 
@@ -302,9 +302,9 @@ def test_random_operations_never_overlap_contiguous_reservations(ops, capacity):
 def test_the_docstring_examples_hold():
     import doctest
 
-    import helpers.paged_kv
-    import helpers.paged_kv_sim
-    import helpers.paged_kv_trace
+    import helpers.paged.cache
+    import helpers.paged.sim
+    import helpers.paged.trace
 
-    for module in (helpers.paged_kv, helpers.paged_kv_trace, helpers.paged_kv_sim):
+    for module in (helpers.paged.cache, helpers.paged.trace, helpers.paged.sim):
         assert doctest.testmod(module).failed == 0, module.__name__

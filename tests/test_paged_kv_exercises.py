@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.kv_capacity import fit, LAB_MIX
-from helpers.paged_kv_exercises import (
+from helpers.paged.capacity import fit, LAB_MIX
+from helpers.paged.exercises import (
     BLOCK_SIZE_CHOICES,
     GPU_BLOCK_SIZE,
     GPU_MAX_MODEL_LEN,

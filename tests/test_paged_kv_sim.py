@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from helpers.paged_kv import ContiguousKVCache, PagedKVCache
-from helpers.paged_kv_sim import compare, simulate, summarize
-from helpers.paged_kv_trace import KVRequest, make_trace, random_trace, shared_prefix_trace
+from helpers.paged.cache import ContiguousKVCache, PagedKVCache
+from helpers.paged.sim import compare, simulate, summarize
+from helpers.paged.trace import KVRequest, make_trace, random_trace, shared_prefix_trace
 
 
 # -- traces --------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from helpers.paged_kv_sim import compare, summarize  # noqa: E402
-from helpers.paged_kv_trace import random_trace, shared_prefix_trace  # noqa: E402
-from helpers.paged_kv_view import (  # noqa: E402
+from helpers.paged.sim import compare, summarize  # noqa: E402
+from helpers.paged.trace import random_trace, shared_prefix_trace  # noqa: E402
+from helpers.paged.view import (  # noqa: E402
     animate,
     default_row_slots,
     draw_frame,

@@ -1,12 +1,12 @@
-"""helpers.results: a run survives the trip through JSON, and many runs make one table."""
+"""helpers.lab.results: a run survives the trip through JSON, and many runs make one table."""
 
 import json
 
 import pytest
 
-from helpers.loadtest import LoadTestRun, RequestRecord
-from helpers.loadtest_metrics import summarize
-from helpers.results import format_table, group_by_setting, load_run, load_runs, runs_table, save_run
+from helpers.load.loadtest import LoadTestRun, RequestRecord
+from helpers.load.summary import summarize
+from helpers.lab.results import format_table, group_by_setting, load_run, load_runs, runs_table, save_run
 
 
 def make_run(seqs=8, tag="abcd", started="2026-11-29T08:00:00+00:00", scale=1.0):
@@ -71,7 +71,7 @@ def test_table_rows_per_run_and_pooled_per_setting():
 
 
 def test_committed_reference_runs_are_found_per_device_and_model():
-    from helpers.results import load_reference_runs
+    from helpers.lab.results import load_reference_runs
 
     cpu = load_reference_runs("cpu", "smollm2")
     assert cpu and {run.server["device"] for run in cpu} == {"cpu"}
@@ -89,9 +89,9 @@ def test_runs_on_random_weights_are_marked_in_notes_plots_and_explanations():
     import matplotlib
 
     matplotlib.use("Agg")
-    from helpers.lab_explain import explain_runs
-    from helpers.lab_plots import plot_throughput
-    from helpers.results import load_reference_runs, random_weights_note
+    from helpers.lab.explain import explain_runs
+    from helpers.lab.plots import plot_throughput
+    from helpers.lab.results import load_reference_runs, random_weights_note
 
     dummy = load_reference_runs("cuda", "dummy-llama-3.1-8b")
     note = random_weights_note(dummy)

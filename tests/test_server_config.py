@@ -6,7 +6,7 @@ import pytest
 
 from helpers.errors import ConfigError
 from helpers.hardware import CPUInfo
-from helpers.server_config import AVX2_SITE, ServerConfig, build_launch, cpu_dtype
+from helpers.serve.config import AVX2_SITE, ServerConfig, build_launch, cpu_dtype
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "8", True])
@@ -167,9 +167,9 @@ def test_emulated_avx2_limits_every_library_of_the_server(monkeypatch):
     assert env["PYTHONPATH"].split(os.pathsep) == [str(AVX2_SITE), "/elsewhere"]
 
 
-# ----- extra_args cannot pass around the flags the helper sets (helpers.server_flags) -----------
-from helpers import server_flags
-from helpers.server import VLLMServer
+# ----- extra_args cannot pass around the flags the helper sets (helpers.serve.flags) -----------
+from helpers.serve import flags as server_flags
+from helpers.serve.server import VLLMServer
 
 # (flag, a value, the ServerConfig field the error names)
 OWNED_FLAGS = [
@@ -308,7 +308,7 @@ def test_a_keyed_launch_hides_its_key_from_repr_and_shown_env():
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "MY_SECRET", "db_password"])
 def test_every_secret_looking_variable_is_hidden(name):
-    from helpers.server_config import Launch
+    from helpers.serve.config import Launch
 
     assert Launch(["python"], {name: KEY}).shown_env() == {name: "<hidden>"}
 

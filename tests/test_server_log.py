@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.server_log import _CAUSES, diagnose, milestone, parse_kv_cache_report, tail
+from helpers.serve.log import _CAUSES, diagnose, milestone, parse_kv_cache_report, tail
 
 LOGS = Path(__file__).parent / "data" / "server_logs"
 

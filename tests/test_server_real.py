@@ -1,4 +1,4 @@
-"""helpers.server against the real vLLM server (CPU build on CI). Each test that starts a
+"""helpers.serve.server against the real vLLM server (CPU build on CI). Each test that starts a
 server costs 10-40 s, so one running server is shared where a test only reads from it."""
 
 import os
@@ -22,7 +22,7 @@ from helpers.errors import (
     StartupTimeoutError,
 )
 from helpers.hardware import detect_device
-from helpers.server import VLLMServer, running_servers, start_server
+from helpers.serve.server import VLLMServer, running_servers, start_server
 from tests.conftest import vllm_processes, wait_until_gone
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
@@ -66,7 +66,7 @@ def test_port_in_use_is_refused_before_launch(server):
 
 def test_next_server_without_a_port_takes_the_next_free_one(server):
     probe = VLLMServer()
-    from helpers.server import _choose_port
+    from helpers.serve.server import _choose_port
 
     assert _choose_port(probe.config) != server.port
 
@@ -88,8 +88,8 @@ def test_another_server_on_the_port_does_not_count_as_ours(server):
 
 def test_choosing_a_port_skips_one_that_is_bound_but_not_yet_listening():
     """A starting vLLM binds its port about a minute before it listens on it."""
-    from helpers.server import FIRST_PORT, _choose_port
-    from helpers.server_config import ServerConfig
+    from helpers.serve.server import FIRST_PORT, _choose_port
+    from helpers.serve.config import ServerConfig
 
     first = _choose_port(ServerConfig())
     with socket.socket() as early:
@@ -182,7 +182,7 @@ def test_invalid_settings_never_launch_anything():
     assert len(vllm_processes()) == before
 
 
-KERNEL_CODE = "from helpers.server import start_server\nserver = start_server(max_num_seqs=2)\n"
+KERNEL_CODE = "from helpers.serve.server import start_server\nserver = start_server(max_num_seqs=2)\n"
 
 
 def _kernel():
@@ -270,7 +270,7 @@ def test_server_on_this_cpu_serves_the_dtype_its_instructions_compute(server):
 @pytest.mark.skipif(detect_device() == "cuda", reason="the CPU build's kernels")
 def test_an_emulated_avx2_cpu_gets_float32_and_vllms_avx2_kernels(monkeypatch):
     from helpers.hardware import detect_cpu
-    from helpers.kv_math import kv_bytes_per_token, load_config, tokens_that_fit
+    from helpers.paged.kv_math import kv_bytes_per_token, load_config, tokens_that_fit
 
     if not detect_cpu().isa.startswith("AVX-512"):
         pytest.skip("this CPU has no AVX-512 to hide: it is an AVX2-class machine already")

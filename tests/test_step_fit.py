@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from helpers import step_fit
-from helpers.batching_trace import Request
-from helpers.step_fit import (
+from helpers.batching import step_fit as step_fit
+from helpers.batching.trace import Request
+from helpers.batching.step_fit import (
     TimedRequest,
     decode_tok_s,
     finish_moments,
@@ -29,7 +29,7 @@ from helpers.step_fit import (
     send_one,
     send_trace,
 )
-from helpers.step_time import StepTimeModel, predict_throughput
+from helpers.batching.step_time import StepTimeModel, predict_throughput
 
 
 class FakeCompletions:
@@ -210,7 +210,7 @@ def test_a_failed_decode_measurement_says_how_many_failed_and_what_to_do():
 def test_prediction_record_matches_predict_throughput_and_survives_a_json_round_trip(tmp_path):
     model = StepTimeModel(overhead_s=0.05, prefill_token_s=0.001, decode_seq_s=0.004)
     rec = prediction_record(model, fitted_from="a test")
-    from helpers.batching_trace import lab_trace
+    from helpers.batching.trace import lab_trace
 
     assert rec["predicted_output_tok_s"][1] == pytest.approx(predict_throughput(model, lab_trace(), 64))
     assert rec["ratio_64_vs_8"] == pytest.approx(rec["predicted_output_tok_s"][1] / rec["predicted_output_tok_s"][0])
@@ -229,7 +229,7 @@ def test_model_table_lists_every_model_in_milliseconds():
 @pytest.mark.server
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_measuring_the_real_server_gives_a_positive_fitted_model():
-    from helpers.server import start_server
+    from helpers.serve.server import start_server
 
     with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True) as server:
         data = asyncio.run(measure_step_times(server, batch_sizes=(1, 2), output_len=12, prefill_len=256,

@@ -5,10 +5,10 @@ import doctest
 import numpy as np
 import pytest
 
-from helpers import step_time
-from helpers.batching_sim import simulate_continuous
-from helpers.batching_trace import lab_trace, mixed_length_trace
-from helpers.step_time import (
+from helpers.batching import step_time as step_time
+from helpers.batching.sim import simulate_continuous
+from helpers.batching.trace import lab_trace, mixed_length_trace
+from helpers.batching.step_time import (
     StepMeasurement,
     StepTimeModel,
     fit_step_time_model,

@@ -1,4 +1,4 @@
-"""helpers.tuning, tuning_plots and tuning_exercises: hand-checkable cases, no server needed.
+"""helpers.tuning.levers, tuning_plots and tuning_exercises: hand-checkable cases, no server needed.
 
 Measurements here are built from synthetic records and /metrics samples, so every expected
 number can be worked out by hand. tests/test_tuning_server.py runs the same pieces against
@@ -12,9 +12,9 @@ import struct
 
 import pytest
 
-from helpers.loadtest import LoadTestRun, RequestRecord, RequestSpec, _messages
-from helpers.metrics import MetricsSample
-from helpers.tuning import (
+from helpers.load.loadtest import LoadTestRun, RequestRecord, RequestSpec, _messages
+from helpers.load.metrics import MetricsSample
+from helpers.tuning.levers import (
     LLAMA_31_8B,
     NOISE,
     Measurement,
@@ -32,8 +32,8 @@ from helpers.tuning import (
     server_settings,
     shared_prefix_workload,
 )
-from helpers.tuning_exercises import check_first_lever, check_hit_rate, check_ideal_hits, check_pool_blocks
-from helpers.tuning_plots import CapacityPoint, plot_engine, plot_kv_capacity, plot_lever, plot_prefix, plot_tradeoff
+from helpers.tuning.exercises import check_first_lever, check_hit_rate, check_ideal_hits, check_pool_blocks
+from helpers.tuning.plots import CapacityPoint, plot_engine, plot_kv_capacity, plot_lever, plot_prefix, plot_tradeoff
 from tests.test_loadtest import WordTokenizer
 
 SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -321,7 +321,7 @@ def test_tuning_arithmetic_refuses_impossible_inputs_by_name(call, message):
 def test_measure_refuses_bad_seconds_before_touching_the_server(name, value):
     import asyncio
 
-    from helpers.tuning import measure
+    from helpers.tuning.levers import measure
 
     workload = shared_prefix_workload(WordTokenizer(), num_requests=1, system_tokens=20)
     with pytest.raises(ValueError, match=rf"^{name} must be a positive, finite number of seconds"):
@@ -329,7 +329,7 @@ def test_measure_refuses_bad_seconds_before_touching_the_server(name, value):
 
 
 def test_blocks_per_request_refuses_a_block_size_of_zero():
-    from helpers.tuning import blocks_per_request
+    from helpers.tuning.levers import blocks_per_request
 
     with pytest.raises(ValueError, match=r"^block_size must be a positive integer, got 0\."):
         blocks_per_request(measurement("a", e2e=1.0, ttft=0.5), 0)

@@ -1,4 +1,4 @@
-"""helpers.tuning against the real vLLM server (CPU build on CI): what the tuning notebook relies on.
+"""helpers.tuning.levers against the real vLLM server (CPU build on CI): what the tuning notebook relies on.
 
 Two server starts (30-40 s each) and a few seconds of load: the default cache settings as the
 engine reports them, prefix-cache hits on a shared system prompt, and an FP8 KV cache holding
@@ -12,10 +12,10 @@ import asyncio
 import pytest
 
 from helpers.hardware import detect_device
-from helpers.metrics import cache_config_info
-from helpers.server import start_server
-from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB
-from helpers.tuning import (
+from helpers.load.metrics import cache_config_info
+from helpers.serve.server import start_server
+from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB
+from helpers.tuning.levers import (
     cpu_supports_fp8_kv,
     ideal_prefix_hits,
     kv_pool_bytes,

@@ -1,7 +1,7 @@
 """Pictures of the KV pool: one frame, two schemes side by side, memory over time, an animation.
 
 Taught in the PagedAttention notebook. Every drawing is a pure function of `Frame`s from
-`helpers.paged_kv_sim` onto a matplotlib Axes or Figure; `animate` is a thin ipywidgets
+`helpers.paged.sim` onto a matplotlib Axes or Figure; `animate` is a thin ipywidgets
 shell that maps a slider's step to `side_by_side` and shows the result as a PNG in an
 `ipywidgets.Image`, so it works in any front end that renders widgets (no
 `%matplotlib widget` needed). The same functions make the static figures the notebook
@@ -27,9 +27,9 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from helpers.paged_kv import BlockStatus, PoolCell
-from helpers.paged_kv_sim import Frame, RunSummary, compare, summarize
-from helpers.paged_kv_trace import TRACE_KINDS, KVRequest, make_trace
+from helpers.paged.cache import BlockStatus, PoolCell
+from helpers.paged.sim import Frame, RunSummary, compare, summarize
+from helpers.paged.trace import TRACE_KINDS, KVRequest, make_trace
 
 # tab20's strong hues first, then the pale ones; its greys (14, 15) are left for cached blocks
 _PALETTE = [matplotlib.colormaps["tab20"](i) for i in (*range(0, 20, 2), *range(1, 20, 2)) if i not in (14, 15)]

@@ -1,7 +1,7 @@
 """Throughput tuning: change one server setting, load-test before and after, say what changed.
 
-The pieces the tuning notebook needs on top of the load tester (:mod:`helpers.loadtest`) and
-the ``/metrics`` reader (:mod:`helpers.metrics`):
+The pieces the tuning notebook needs on top of the load tester (:mod:`helpers.load.loadtest`) and
+the ``/metrics`` reader (:mod:`helpers.load.metrics`):
 
 - :func:`measure`: one load test while ``/metrics`` is polled, kept as a :class:`Measurement`
   with the server's KV-cache report, the engine's counters for the run (preemptions, prefix
@@ -14,7 +14,7 @@ the ``/metrics`` reader (:mod:`helpers.metrics`):
   checked against the checkpoint by :func:`checkpoint_parameters`) and how many KV tokens a
   memory budget leaves at each number of bytes per weight (:func:`memory_rows`).
 
-Drawings are in :mod:`helpers.tuning_plots`. Taught in ``notebooks/05_throughput_tuning.ipynb``.
+Drawings are in :mod:`helpers.tuning.plots`. Taught in ``notebooks/05_throughput_tuning.ipynb``.
 
 Leaves out: repetitions (each setting is measured once, so the notebook stays within minutes;
 the lab shows how far repetitions differ), arrival processes other than "all at once".
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from helpers import validate
-from helpers.kv_math import kv_bytes_per_token
-from helpers.loadtest import (
+from helpers.paged.kv_math import kv_bytes_per_token
+from helpers.load.loadtest import (
     DEFAULT_TIMEOUT_S,
     LoadTestRun,
     RequestSpec,
@@ -52,8 +52,8 @@ from helpers.loadtest import (
     _prompt_of_exact_length,
     run_load_test,
 )
-from helpers.loadtest_metrics import describe_failures
-from helpers.metrics import MetricsSample, MetricsSummary, counter_delta, summarize_samples, watch
+from helpers.load.summary import describe_failures
+from helpers.load.metrics import MetricsSample, MetricsSummary, counter_delta, summarize_samples, watch
 
 # Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
 # same setting (lab repetitions, docs of the CPU build): a smaller change is not a finding.
@@ -75,7 +75,7 @@ class Measurement:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The client's numbers: throughput, latency percentiles (see helpers.loadtest_metrics)."""
+        """The client's numbers: throughput, latency percentiles (see helpers.load.summary)."""
         return self.run.summary()
 
     @property
@@ -193,7 +193,7 @@ def shared_prefix_workload(
     one, so its first request must compute it again and a rerun cannot inherit the first
     run's cache. Each user message (``question_tokens`` tokens) opens with the tag and its own
     index, so no two requests share more than the system prompt and the chat template.
-    ``tokenizer``: a :class:`~helpers.loadtest.Tokenizer` or a server (its own tokenizer).
+    ``tokenizer``: a :class:`~helpers.load.loadtest.Tokenizer` or a server (its own tokenizer).
     Counts must be positive integers (``system_tokens`` above 8: the system prompt's opening
     words take about that many), ``seed`` 0 or more, and system prompt + question + output
     must fit a server's ``max_model_len``; otherwise ``ValueError`` says what to pass.
@@ -376,7 +376,7 @@ def count_parameters(config: Mapping[str, Any]) -> int:
     if missing:
         raise validate.InvalidArgumentError(
             f"the model config has no {', '.join(missing)}; pass a Llama-style config.json as a dict "
-            "(helpers.kv_math.load_config reads one).")
+            "(helpers.paged.kv_math.load_config reads one).")
     hidden, layers, heads, vocab, mlp = (validate.positive_int(config[key], f"config[{key!r}]") for key in _CONFIG_KEYS)
     kv_heads = validate.positive_int(config.get("num_key_value_heads") or heads, "config['num_key_value_heads']")
     head_dim = validate.positive_int(config.get("head_dim") or hidden // heads, "config['head_dim']")

@@ -5,7 +5,7 @@ tokens for requests still in prefill, plus one token for every request that is d
 We model its duration as a straight line in the work it does, and fit that line to a few
 measurements of the real server.
 
-Taught in the continuous-batching notebook; `helpers.batching_sim` uses it as its clock.
+Taught in the continuous-batching notebook; `helpers.batching.sim` uses it as its clock.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # imported for type hints only: batching_sim itself imports this module
-    from helpers.batching_sim import SimResult
-    from helpers.batching_trace import Request
+    from helpers.batching.sim import SimResult
+    from helpers.batching.trace import Request
 
 
 @dataclass(frozen=True)
@@ -182,14 +182,14 @@ def fit_step_time_model(
 def predict_throughput(model: StepTimeModel, trace: Sequence[Request], max_num_seqs: int) -> float:
     """Output tokens per second the model predicts for `trace` under continuous batching.
 
-    Runs `helpers.batching_sim.simulate_continuous` with unlimited KV memory, so it can
+    Runs `helpers.batching.sim.simulate_continuous` with unlimited KV memory, so it can
     predict the lab's 8-vs-64 comparison before the lab runs it.
 
-    >>> from helpers.batching_trace import lab_trace
+    >>> from helpers.batching.trace import lab_trace
     >>> predict_throughput(StepTimeModel(), lab_trace(), 64) > predict_throughput(StepTimeModel(), lab_trace(), 8)
     True
     """
-    from helpers.batching_sim import simulate_continuous  # here, not at the top: it imports us
+    from helpers.batching.sim import simulate_continuous  # here, not at the top: it imports us
 
     return simulate_continuous(trace, max_num_seqs, model).summary.output_tok_s
 
@@ -203,8 +203,8 @@ def lab_measurements() -> list[StepMeasurement]:
     >>> abs(fit.overhead_s - StepTimeModel().overhead_s) < 1e-3
     True
     """
-    from helpers.batching_sim import simulate_continuous
-    from helpers.batching_trace import lab_trace
+    from helpers.batching.sim import simulate_continuous
+    from helpers.batching.trace import lab_trace
 
     trace = lab_trace()
     total = sum(r.output_len for r in trace)

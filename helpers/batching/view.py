@@ -1,6 +1,6 @@
 """Pictures of batching: batch slots over time, static next to continuous.
 
-Pure drawing functions take a `SimResult` (from `helpers.batching_sim`) and a matplotlib
+Pure drawing functions take a `SimResult` (from `helpers.batching.sim`) and a matplotlib
 Axes or Figure; `animate` is a thin ipywidgets shell that maps a step index to the same
 drawing. `compare_figure` is the static fallback wherever widgets do not render.
 
@@ -20,9 +20,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from helpers.batching_sim import BatchingSummary, SimResult, StepRecord, simulate_continuous, simulate_static
-from helpers.batching_trace import TRACE_KINDS, make_trace
-from helpers.step_time import StepTimeModel
+from helpers.batching.sim import BatchingSummary, SimResult, StepRecord, simulate_continuous, simulate_static
+from helpers.batching.trace import TRACE_KINDS, make_trace
+from helpers.batching.step_time import StepTimeModel
 
 IDLE_COLOR = "0.85"  # light grey, hatched: a slot nobody uses during a step
 PREFILL_ALPHA = 0.6  # prefill segments: the request's colour, lighter and dotted
@@ -41,7 +41,7 @@ def running_counters(steps: Sequence[StepRecord], max_num_seqs: int) -> tuple[in
 
     Elapsed time runs from 0 (the trace's clock) to the end of the last step.
 
-    >>> from helpers.batching_sim import StepRecord
+    >>> from helpers.batching.sim import StepRecord
     >>> s = [StepRecord(0, 0.0, 2.0, ("a", None), frozenset(), 0, 1, 1, 0, None)]
     >>> running_counters(s, max_num_seqs=2)
     (1, 2.0, 0.5, 0.5)
@@ -66,8 +66,8 @@ def draw_slots(ax: Axes, result: SimResult, upto_step: int | None = None, xmax_s
     Leaves out: which tokens each step computed (see `result.steps`).
 
     >>> from matplotlib.figure import Figure
-    >>> from helpers.batching_sim import simulate_static
-    >>> from helpers.batching_trace import lab_trace
+    >>> from helpers.batching.sim import simulate_static
+    >>> from helpers.batching.trace import lab_trace
     >>> ax = Figure().subplots()
     >>> draw_slots(ax, simulate_static(lab_trace(4), 2), upto_step=3)
     >>> ax.get_xlabel(), ax.get_ylabel()
@@ -127,7 +127,7 @@ def slot_legend_handles() -> list[Patch]:
 def finding(static: BatchingSummary, continuous: BatchingSummary) -> str:
     """The comparison in one sentence, computed from the numbers.
 
-    >>> from helpers.batching_sim import BatchingSummary
+    >>> from helpers.batching.sim import BatchingSummary
     >>> s = BatchingSummary(4, 100, 10, 0, 10.0, 10.0, 0.58, 5.0, 9.0, 1.0, 2.0)
     >>> c = BatchingSummary(4, 100, 6, 0, 6.0, 17.0, 0.93, 3.0, 5.5, 1.0, 1.5)
     >>> finding(s, c)
@@ -165,8 +165,8 @@ def compare_figure(static: SimResult, continuous: SimResult) -> Figure:
     """Static and continuous batching on the same trace, one above the other on the same
     time axis, with throughput and latency bars below; the title states the finding.
 
-    >>> from helpers.batching_sim import simulate_static, simulate_continuous
-    >>> from helpers.batching_trace import mixed_length_trace
+    >>> from helpers.batching.sim import simulate_static, simulate_continuous
+    >>> from helpers.batching.trace import mixed_length_trace
     >>> t = mixed_length_trace(16)
     >>> fig = compare_figure(simulate_static(t, 4), simulate_continuous(t, 4))
     >>> fig.get_suptitle().startswith("Continuous batching: ")

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from helpers.checks import check_choice, check_number
-from helpers.kv_math import tokens_that_fit
-from helpers.tuning import BYTES_PER_WEIGHT, GIB, LLAMA_31_8B, count_parameters, ideal_prefix_hits
+from helpers.paged.kv_math import tokens_that_fit
+from helpers.tuning.levers import BYTES_PER_WEIGHT, GIB, LLAMA_31_8B, count_parameters, ideal_prefix_hits
 
 LEVERS = ("kv pool", "max_num_seqs", "prefix caching", "quantization")
 

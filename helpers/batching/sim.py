@@ -1,7 +1,7 @@
 """Static vs continuous batching, simulated one engine step at a time.
 
-Both simulators take the same trace (`helpers.batching_trace`) and the same clock
-(`helpers.step_time.StepTimeModel`) and return a `SimResult`: one record per request, one
+Both simulators take the same trace (`helpers.batching.trace`) and the same clock
+(`helpers.batching.step_time.StepTimeModel`) and return a `SimResult`: one record per request, one
 per step, and a summary. They are pure and deterministic: no I/O, no randomness.
 
 - static: a batch forms from the waiting requests (at most max_num_seqs), prefills, then
@@ -21,7 +21,7 @@ Leaves out: priorities, prefix-cache hits, speculative decoding, stop strings, t
 allocated chunk by chunk (we allocate a request's whole prompt when it is admitted), and
 any memory limit for static batching.
 
-Taught in the continuous-batching notebook; drawn by `helpers.batching_view`.
+Taught in the continuous-batching notebook; drawn by `helpers.batching.view`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ import zlib
 
 import numpy as np
 
-from helpers.batching_trace import Request
-from helpers.paged_kv import PagedKVCache
-from helpers.step_time import StepTimeModel
+from helpers.batching.trace import Request
+from helpers.paged.cache import PagedKVCache
+from helpers.batching.step_time import StepTimeModel
 
 
 class RequestStatus(Enum):
@@ -221,7 +221,7 @@ def simulate_static(trace: Sequence[Request], max_num_seqs: int, model: StepTime
     max_num_batched_tokens; decode then runs in lock-step and charges every row of the
     batch, finished or not (padding), as a naive `generate()` on a padded tensor does.
 
-    >>> from helpers.batching_trace import Request
+    >>> from helpers.batching.trace import Request
     >>> trace = [Request("a", 0, 4, 1), Request("b", 0, 4, 3)]
     >>> r = simulate_static(trace, 2, StepTimeModel(overhead_s=1, prefill_token_s=0, decode_seq_s=0))
     >>> [s.slots for s in r.steps]  # a is done after its prefill; its slot idles
@@ -287,7 +287,7 @@ def simulate_continuous(
     left and `PagedKVCache.can_allocate` says their tokens fit. num_kv_blocks=None means
     unlimited memory.
 
-    >>> from helpers.batching_trace import Request
+    >>> from helpers.batching.trace import Request
     >>> trace = [Request("a", 0, 4, 1), Request("b", 0, 4, 3), Request("c", 0, 4, 1)]
     >>> r = simulate_continuous(trace, 2, StepTimeModel(overhead_s=1, prefill_token_s=0, decode_seq_s=0))
     >>> [s.slots for s in r.steps]  # c takes a's slot as soon as a finishes
@@ -391,7 +391,7 @@ def simulate(
     """`simulate_static` or `simulate_continuous` by name ("static" / "continuous").
     Static batching ignores num_kv_blocks.
 
-    >>> from helpers.batching_trace import lab_trace
+    >>> from helpers.batching.trace import lab_trace
     >>> simulate(lab_trace(8), "continuous", 4).summary.num_output_tokens
     512
     """

@@ -6,7 +6,7 @@ file, once, into an ordinary Hugging Face checkpoint (bf16 safetensors, tokenize
 template) that vLLM can serve. Any Hugging Face model id or local checkpoint folder can be
 chosen instead, with the ``VLLM_COURSE_MODEL`` environment variable or the ``model=``
 parameter of :func:`resolve_model`, and so can ``dummy:llama-3.1-8b``: that model's exact
-architecture with random weights (see :mod:`helpers.dummy_model`), for GPU labs offline.
+architecture with random weights (see :mod:`helpers.serve.dummy_model`), for GPU labs offline.
 
 Taught in ``notebooks/01_start_server.ipynb``.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from helpers.dummy_model import parse_dummy_name, prepare_dummy_model, served_name
+from helpers.serve.dummy_model import parse_dummy_name, prepare_dummy_model, served_name
 from helpers.errors import CacheNotWritableError, ModelNotAvailableError
 from helpers.paths import written_whole
 

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.batching_sim import simulate_continuous, simulate_static
-from helpers.batching_trace import TRACE_KINDS, Request, make_trace
-from helpers.step_time import StepTimeModel
+from helpers.batching.sim import simulate_continuous, simulate_static
+from helpers.batching.trace import TRACE_KINDS, Request, make_trace
+from helpers.batching.step_time import StepTimeModel
 
 
 @dataclass(frozen=True)

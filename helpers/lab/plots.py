@@ -1,11 +1,11 @@
 """The lab's figures, drawn from saved runs: latency CDFs, throughput bars, a per-request
 timeline, and the max_num_seqs sweep.
 
-Each function takes runs (``helpers.loadtest.LoadTestRun``) or table rows
-(``helpers.results.runs_table``), returns a matplotlib Figure, and states the finding in
+Each function takes runs (``helpers.load.loadtest.LoadTestRun``) or table rows
+(``helpers.lab.results.runs_table``), returns a matplotlib Figure, and states the finding in
 its title, computed from the data (so a title never claims what the data do not show).
 Nothing here measures or saves; nothing here decides what a finding means beyond
-describing it (that is ``helpers.lab_explain``).
+describing it (that is ``helpers.lab.explain``).
 
 Taught in ``labs/01_concurrency_lab.ipynb``.
 
@@ -23,7 +23,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.loadtest_metrics import describe_failures, percentile, summarize
+from helpers.load.summary import describe_failures, percentile, summarize
 
 WAIT_COLOR = "#f4a259"  # send -> first token: waiting for a slot, then prefill
 GENERATE_COLOR = "#3d5a80"  # first token -> last token: decoding
@@ -32,7 +32,7 @@ ERROR_COLOR = "#d62828"
 
 def _mark_random_weights(fig: plt.Figure, runs: Sequence[Any]) -> None:
     """Lay the figure out, with a red footnote when the runs were served with random weights."""
-    from helpers.results import random_weights_note  # here: results imports the load tester
+    from helpers.lab.results import random_weights_note  # here: results imports the load tester
 
     note = random_weights_note(runs)
     if note is None:
@@ -176,11 +176,11 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
 def load_prediction(path: Path | str | None = None) -> dict[str, Any] | None:
     """The continuous-batching notebook's prediction, or None when it has not been saved yet.
 
-    The same as :func:`helpers.step_fit.load_prediction`: a file that is empty, cut short or
+    The same as :func:`helpers.batching.step_fit.load_prediction`: a file that is empty, cut short or
     not a prediction raises :class:`helpers.errors.ResultsFileError` naming it and how to make
     it again (rerun notebook 04's saving cell), rather than a bare ``JSONDecodeError``.
     """
-    from helpers.step_fit import load_prediction as load  # here: step_fit imports matplotlib's Figure only
+    from helpers.batching.step_fit import load_prediction as load  # here: step_fit imports matplotlib's Figure only
 
     return load(None if path is None else Path(path))
 

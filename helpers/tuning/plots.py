@@ -1,7 +1,7 @@
 """The tuning notebook's figures: KV capacity, one lever before and after, the engine's batch
 over time, the throughput / latency trade-off, and prefix caching.
 
-Every function takes :class:`helpers.tuning.Measurement` objects (or numbers derived from
+Every function takes :class:`helpers.tuning.levers.Measurement` objects (or numbers derived from
 them), returns a matplotlib Figure, and titles it with the finding computed from the data.
 Nothing here measures. Taught in ``notebooks/05_throughput_tuning.ipynb``.
 
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from helpers.kv_math import tokens_that_fit
-from helpers.lab_plots import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
-from helpers.loadtest_metrics import describe_failures
+from helpers.paged.kv_math import tokens_that_fit
+from helpers.lab.plots import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
+from helpers.load.summary import describe_failures
 
 GIB = 2**30
 
@@ -80,7 +80,7 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
     A latency no request measured (all of a setting's requests failed) is labelled "n/a",
     and failed requests are counted under the title.
     """
-    from helpers.tuning import compare, describe_ratio
+    from helpers.tuning.levers import compare, describe_ratio
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
@@ -170,7 +170,7 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
     ``context``: other measurements of this run drawn as squares for comparison (e.g. a run
     limited by its KV pool); the title compares only ``points``.
 
-    ``reference``: pooled rows of another load (``helpers.results.runs_table(..., pooled=True)``),
+    ``reference``: pooled rows of another load (``helpers.lab.results.runs_table(..., pooled=True)``),
     drawn in a second, smaller panel joined in order of ``max_num_seqs``: the curve to recall,
     kept apart because its load (and so its latency scale) differs. Down and to the right is better.
 
@@ -277,8 +277,8 @@ def plot_prefix(off: Any, on: Any) -> Figure:
 
 def capacity_point(label: str, server: Any, bytes_per_token: int) -> CapacityPoint:
     """A started server's KV pool as a :class:`CapacityPoint` (its pool size from
-    :func:`helpers.tuning.kv_pool_bytes`, its token count from the engine's report)."""
-    from helpers.tuning import kv_pool_bytes
+    :func:`helpers.tuning.levers.kv_pool_bytes`, its token count from the engine's report)."""
+    from helpers.tuning.levers import kv_pool_bytes
 
     kv = server.kv_cache
     assert kv is not None, f"the server did not report its KV cache; log: {server.log_path}"

@@ -19,7 +19,7 @@ What it leaves out: goodput against latency targets, per-second time series.
 
 Example::
 
-    >>> from helpers.loadtest import RequestRecord
+    >>> from helpers.load.loadtest import RequestRecord
     >>> records = [RequestRecord(0, ok=True, output_tokens=3, send_s=0.0, ttft_s=1.0, e2e_s=2.0, done_s=2.0),
     ...            RequestRecord(1, ok=False, error="boom", send_s=0.0, done_s=1.0)]
     >>> s = summarize(records)

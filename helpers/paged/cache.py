@@ -1,7 +1,7 @@
 """KV-cache allocators: vLLM's paged scheme and the naive contiguous one it replaced.
 
-Taught in the PagedAttention notebook; replayed step by step by `helpers.paged_kv_sim`
-and drawn by `helpers.paged_kv_view`.
+Taught in the PagedAttention notebook; replayed step by step by `helpers.paged.sim`
+and drawn by `helpers.paged.view`.
 
 Both classes answer the same verbs a scheduler uses (`can_allocate` / `allocate` /
 `can_append` / `append` / `free`) and report the same `KVUsage` snapshot, so one

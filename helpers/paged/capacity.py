@@ -2,7 +2,7 @@
 
 Taught in the PagedAttention notebook (``notebooks/03_paged_attention.ipynb``). Three parts:
 
-- Arithmetic: given a server's :class:`~helpers.server_log.KVCacheReport` and a length mix
+- Arithmetic: given a server's :class:`~helpers.serve.log.KVCacheReport` and a length mix
   (the lab's: prompts of 16/64/256/512 tokens, 64 output tokens, 50 requests), how many
   requests hold their KV memory at once when each reserves ``max_model_len`` contiguous
   slots (the naive scheme), exactly its own prompt + max_tokens (the best a contiguous
@@ -11,7 +11,7 @@ Taught in the PagedAttention notebook (``notebooks/03_paged_attention.ipynb``). 
   be preempted for memory; the engine's ``max_num_seqs`` cap is a separate limit.
 - The live server: :func:`send_token_prompts` sends prompts given as token ids (so their
   lengths are exact) and never raises; :func:`sample_kv_metrics` polls ``/metrics``
-  (through :mod:`helpers.metrics`) while they run.
+  (through :mod:`helpers.load.metrics`) while they run.
 - Two drawings: :func:`plot_capacity` and :func:`plot_kv_usage`.
 
 Leaves out: chunked prefill and admission order inside the engine, and memory the engine
@@ -19,7 +19,7 @@ keeps besides the KV pool (weights, activations).
 
 Example (the CPU server's default pool: 93,184 token slots, 728 blocks of 128)::
 
-    >>> from helpers.server_log import KVCacheReport
+    >>> from helpers.serve.log import KVCacheReport
     >>> report = KVCacheReport(num_tokens=93_184, num_blocks=728, block_size=128,
     ...                        max_model_len=2048, max_concurrency=45.5)
     >>> [(c.scheme, c.num_fit, c.max_requests) for c in lab_capacity(report)][::2]
@@ -39,9 +39,9 @@ from typing import Any, TypeVar
 import numpy as np
 from matplotlib.figure import Figure
 
-from helpers.loadtest_metrics import describe_failures
-from helpers.metrics import MetricsSample, scrape
-from helpers.server_log import KVCacheReport
+from helpers.load.summary import describe_failures
+from helpers.load.metrics import MetricsSample, scrape
+from helpers.serve.log import KVCacheReport
 
 T = TypeVar("T")
 

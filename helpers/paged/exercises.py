@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.kv_capacity import LAB_MIX, LengthMix, fit
-from helpers.paged_kv import PagedKVCache
-from helpers.paged_kv_sim import simulate, summarize
-from helpers.paged_kv_trace import random_trace, shared_prefix_trace
+from helpers.paged.capacity import LAB_MIX, LengthMix, fit
+from helpers.paged.cache import PagedKVCache
+from helpers.paged.sim import simulate, summarize
+from helpers.paged.trace import random_trace, shared_prefix_trace
 
 
 @dataclass(frozen=True)

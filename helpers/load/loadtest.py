@@ -4,7 +4,7 @@ Two halves, after vLLM's own serve benchmark (``vllm bench serve``):
 
 - :func:`build_workload` makes N requests (default 50) whose prompts cycle through
   16 / 64 / 256 / 512 tokens (:data:`LAB_PROMPT_LENS`, the same mix as
-  ``helpers.batching_trace.lab_trace``), cut from real English text (the Python language
+  ``helpers.batching.trace.lab_trace``), cut from real English text (the Python language
   reference that ships with every Python, ``pydoc_data``) and sized with the *server's own*
   tokenizer, so "a 256-token prompt" is 256 tokens for the model. Each prompt starts with a
   run tag, random per call, so a rerun never hits vLLM's prefix cache; ``seed`` fixes
@@ -16,8 +16,8 @@ Two halves, after vLLM's own serve benchmark (``vllm bench serve``):
   server's usage report, and client-clock times (send, first token, last token, the gaps
   between tokens).
 
-Metrics are computed elsewhere, from the raw records: :mod:`helpers.loadtest_metrics`.
-Saving and loading runs: :mod:`helpers.results`. Taught in ``labs/01_concurrency_lab.ipynb``.
+Metrics are computed elsewhere, from the raw records: :mod:`helpers.load.summary`.
+Saving and loading runs: :mod:`helpers.lab.results`. Taught in ``labs/01_concurrency_lab.ipynb``.
 
 What it leaves out: arrival processes other than "all at once" (a semaphore caps how many
 are in flight), multi-turn chats, sampling (temperature 0 only), retries (a failed request
@@ -411,7 +411,7 @@ class LoadTestRun:
         return self.server.get("max_num_seqs")
 
     def summary(self) -> dict[str, Any]:
-        from helpers.loadtest_metrics import summarize
+        from helpers.load.summary import summarize
 
         return summarize(self.records)
 
@@ -457,7 +457,7 @@ async def run_load_test(
     from tqdm.auto import tqdm
 
     from helpers.hardware import describe_machine
-    from helpers.loadtest_metrics import describe_failures
+    from helpers.load.summary import describe_failures
 
     concurrency = validate.optional_positive_int(concurrency, "concurrency", none_means="every request at once")
     timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds",
@@ -508,7 +508,7 @@ async def run_load_test(
 def server_facts(target: Any) -> dict[str, Any]:
     """What the results need to know about the server; never raises (None where unknown)."""
     facts: dict[str, Any] = {"url": getattr(target, "url", None), "model": target.model_name}
-    # "dummy": random weights (helpers.dummy_model), whose text means nothing; tables say so
+    # "dummy": random weights (helpers.serve.dummy_model), whose text means nothing; tables say so
     facts["model_source"] = getattr(target, "model_source", None)
     try:
         with urllib.request.urlopen(f"{target.url}/version", timeout=5) as response:

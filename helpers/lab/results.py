@@ -26,8 +26,8 @@ from typing import Any
 
 from helpers.errors import ResultsFileError
 from helpers.files import read_json, write_atomically
-from helpers.loadtest import LoadTestRun, RequestRecord
-from helpers.loadtest_metrics import pool_summaries, summarize
+from helpers.load.loadtest import LoadTestRun, RequestRecord
+from helpers.load.summary import pool_summaries, summarize
 from helpers.paths import COURSE_ROOT, build_dir
 
 FORMAT = "vllm-course/loadtest-run/1"  # bump when the file layout changes
@@ -95,7 +95,7 @@ def load_run(path: Path | str) -> LoadTestRun:
     if not _is_run_file(data):
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ResultsFileError(f"{path} is not a load-test run file (format {found!r}, expected {FORMAT!r}). "
-                               "Pass a file written by helpers.results.save_run.")
+                               "Pass a file written by helpers.lab.results.save_run.")
     return _run_from_file_data(path, data)
 
 

@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from helpers.paged_kv import ContiguousKVCache, KVUsage, PagedKVCache, PoolCell
-from helpers.paged_kv_trace import VOCAB_SIZE, KVRequest
+from helpers.paged.cache import ContiguousKVCache, KVUsage, PagedKVCache, PoolCell
+from helpers.paged.trace import VOCAB_SIZE, KVRequest
 
 KVCache = PagedKVCache | ContiguousKVCache  # either allocator: both answer the same verbs
 

@@ -3,7 +3,7 @@
 :class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server`` as a child process
 in its own process group, logging to a file, and:
 
-- refuses bad settings before launching (:class:`helpers.server_config.ServerConfig`);
+- refuses bad settings before launching (:class:`helpers.serve.config.ServerConfig`);
 - waits until *its own* process answers ``/health`` and lists the expected model, showing
   start-up milestones as they happen; another server on the same port cannot fool it;
 - on failure raises :class:`helpers.errors.ServerStartError` naming the cause found in the
@@ -11,7 +11,7 @@ in its own process group, logging to a file, and:
 - stops the whole process group (SIGTERM, then SIGKILL), on ``stop()``, at the end of a
   ``with`` block, on an interrupted cell, at interpreter exit, and, through a watchdog
   process, when the kernel itself is killed;
-- reports the engine's KV-cache capacity as a :class:`helpers.server_log.KVCacheReport`.
+- reports the engine's KV-cache capacity as a :class:`helpers.serve.log.KVCacheReport`.
 
 Taught in ``notebooks/01_start_server.ipynb``.
 
@@ -42,10 +42,10 @@ import psutil
 
 from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError, ServerStartError, StartupTimeoutError
 from helpers.hardware import Device, detect_cpu, detect_device, detect_gpus
-from helpers.model import resolve_model
+from helpers.serve.model import resolve_model
 from helpers.paths import COURSE_ROOT, build_dir
-from helpers.server_config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch, cpu_dtype, gpu_dtype
-from helpers.server_log import (Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report,
+from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, Launch, ServerConfig, build_launch, cpu_dtype, gpu_dtype
+from helpers.serve.log import (Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report,
                                 startup_phases, tail)
 
 FIRST_PORT = 8000  # the port the seed's commands use; later servers take the next free one
@@ -207,7 +207,7 @@ class VLLMServer:
         _LIVE.add(self)
         me = psutil.Process()
         self._guard = subprocess.Popen(
-            [sys.executable, "-m", "helpers._orphan_guard", str(me.pid), repr(me.create_time()), str(self.process.pid)],
+            [sys.executable, "-m", "helpers.serve._orphan_guard", str(me.pid), repr(me.create_time()), str(self.process.pid)],
             env={**os.environ, "PYTHONPATH": _package_root()},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # survives the kernel's own process group being killed
@@ -308,7 +308,7 @@ class VLLMServer:
         )
 
     def _cache_config_labels(self) -> dict[str, str] | None:
-        from helpers.metrics import cache_config_labels  # here: it imports matplotlib, which start-up needs not
+        from helpers.load.metrics import cache_config_labels  # here: it imports matplotlib, which start-up needs not
 
         try:
             return cache_config_labels(self.get("/metrics").decode()) or None
@@ -366,7 +366,7 @@ def _check_memory(config: ServerConfig, device: Device) -> None:
             f"A {kv_gib:g} GiB KV cache plus about "
             f"{SERVER_RSS_GIB:g} GiB for the server needs {wanted:.1f} GiB, but only "
             f"{available:.1f} GiB of memory is free. Lower kv_cache_space_gib, or stop other "
-            "servers (helpers.server.running_servers() lists this kernel's)."
+            "servers (helpers.serve.server.running_servers() lists this kernel's)."
         )
 
 

@@ -3,7 +3,7 @@
 A trace is a plain list of `Request` records sorted by arrival time. Every generator is
 seeded, so the same call gives the same trace in every kernel and in CI.
 
-Taught in the continuous-batching notebook; simulated by `helpers.batching_sim`.
+Taught in the continuous-batching notebook; simulated by `helpers.batching.sim`.
 
 What a trace leaves out: the token ids themselves (only lengths matter for scheduling),
 sampling parameters, and stop conditions (every request generates exactly `output_len`

@@ -52,7 +52,7 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
     ("GPU memory taken",
      r"less than desired GPU memory utilization",
      "Less GPU memory is free than gpu_memory_utilization asks for: another process holds "
-     "some (often an old server; `nvidia-smi` lists it). Stop it (helpers.server.stop_all_servers() "
+     "some (often an old server; `nvidia-smi` lists it). Stop it (helpers.serve.server.stop_all_servers() "
      "for this kernel's), or lower gpu_memory_utilization, e.g. 0.45 for each of two servers."),
     ("max model length above the model's limit",
      # vLLM compares with max_position_embeddings (or a larger model_max_length, where config.json has one)

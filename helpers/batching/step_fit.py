@@ -1,6 +1,6 @@
 """Measure the real server to fit the simulator's step-time model, and replay traces against it.
 
-`helpers.step_time.StepTimeModel` says how long one engine step takes:
+`helpers.batching.step_time.StepTimeModel` says how long one engine step takes:
 overhead + per-prompt-token cost + per-decoding-sequence cost. Three small, bounded loads
 on a running server give it numbers:
 
@@ -24,7 +24,7 @@ share a prefix-cache hit. Every request sets `ignore_eos`, so it generates exact
 `max_tokens` tokens. All traffic goes to the server it is given (127.0.0.1 in the course);
 counts are small and every request has a timeout.
 
-`send_trace` replays a `helpers.batching_trace` trace against the server (request i is sent
+`send_trace` replays a `helpers.batching.trace` trace against the server (request i is sent
 at its `arrival_s`), so the same trace can be simulated and measured.
 
 The request function never raises: it returns a `TimedRequest` with `ok` / `error`.
@@ -54,12 +54,12 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from helpers.batching_trace import Request
+from helpers.batching.trace import Request
 from helpers.files import read_json, write_atomically
-from helpers.loadtest_metrics import describe_failures
-from helpers.metrics import scrape
+from helpers.load.summary import describe_failures
+from helpers.load.metrics import scrape
 from helpers.paths import build_dir
-from helpers.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
+from helpers.batching.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
 
 # Token ids for random prompts: clear of SmolLM2's special tokens (ids 0-16) and inside
 # its 49,152-token vocabulary.
@@ -442,8 +442,8 @@ def prediction_record(
     >>> rec["max_num_seqs"], round(rec["ratio_64_vs_8"], 2)
     ([8, 64], 1.6)
     """
-    from helpers.batching_trace import lab_trace
-    from helpers.step_time import predict_throughput
+    from helpers.batching.trace import lab_trace
+    from helpers.batching.step_time import predict_throughput
 
     trace = list(trace) if trace is not None else lab_trace()
     tok_s = [predict_throughput(model, trace, n) for n in settings]
@@ -503,8 +503,8 @@ def plot_fit_and_prediction(
     >>> fig.get_suptitle()
     'defaults: max_num_seqs=64 predicted at 160 output tok/s, 1.60x the 100 tok/s of max_num_seqs=8'
     """
-    from helpers.batching_trace import lab_trace
-    from helpers.step_time import predict_throughput
+    from helpers.batching.trace import lab_trace
+    from helpers.batching.step_time import predict_throughput
 
     trace = list(trace) if trace is not None else lab_trace()
     fig = Figure(figsize=(12, 4.6), layout="constrained")

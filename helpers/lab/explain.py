@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from helpers.kv_capacity import blocks_for
-from helpers.loadtest_metrics import describe_failures, percentile, pool_summaries, summarize
+from helpers.paged.capacity import blocks_for
+from helpers.load.summary import describe_failures, percentile, pool_summaries, summarize
 
 NEAR_LINEAR = 0.875  # of the linear speed-up (7x of 8x) counts as near-linear
 CHANGE = 0.10  # relative change below which a latency is "about the same"
@@ -136,7 +136,7 @@ def explain_runs(runs: Sequence[Any], low_seqs: int | None = None, high_seqs: in
         request_kv_tokens=tokens, max_model_len=reference.server.get("max_model_len"),
         cpu_count=_cores(reference.hardware),
     )
-    from helpers.results import random_weights_note  # here: results imports the load tester
+    from helpers.lab.results import random_weights_note  # here: results imports the load tester
 
     failed = explanation.effect("failed requests")
     if failed is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from helpers.errors import ConfigError
 from helpers.hardware import CPUInfo, Device, GPUInfo, emulated_isa
-from helpers.server_flags import check_extra_args
+from helpers.serve.flags import check_extra_args
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
 LOOPBACK = "127.0.0.1"
@@ -143,7 +143,7 @@ def build_launch(
 ) -> Launch:
     """Turn a validated config into vLLM's command line for the given device.
 
-    ``load_format="dummy"`` serves random weights from a config-only folder (helpers.dummy_model).
+    ``load_format="dummy"`` serves random weights from a config-only folder (helpers.serve.dummy_model).
     """
     if config.port is None:
         raise ConfigError("build_launch needs a concrete port; VLLMServer picks one.")
