@@ -6,8 +6,9 @@ PY := .venv/bin/python
 course: setup            ## run every notebook and lab headless; results under build/
 	$(PY) scripts/run_course.py
 
-test: setup browser      ## unit tests + every notebook validated against the real server (and in a browser)
+test: setup browser      ## unit tests, the helpers' docstring examples, every notebook validated against the real server (and in a browser)
 	$(PY) -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v
+	$(PY) -m pytest helpers --doctest-modules -p no:cacheprovider -q
 
 setup:                   ## .venv with the right vLLM build and the embedded model
 	bash scripts/setup.sh
@@ -15,8 +16,9 @@ setup:                   ## .venv with the right vLLM build and the embedded mod
 browser: setup           ## Debian's chromium + playwright, for tests/test_browser_widgets.py
 	bash scripts/setup_browser.sh
 
-unit: setup              ## only the tests/ folder
+unit: setup              ## only the tests/ folder and the docstring examples
 	$(PY) -m pytest tests -v
+	$(PY) -m pytest helpers --doctest-modules -p no:cacheprovider -q
 
 clean:                   ## remove generated files (not the venv or the model cache)
 	rm -rf build

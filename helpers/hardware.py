@@ -145,3 +145,21 @@ def describe_machine() -> str:
         return f"{len(gpus)} x {gpu.name} ({gpu.memory_mib // 1024} GiB)"
     cpu = detect_cpu()
     return f"CPU: {cpu.cores} cores, {cpu.describe()}"
+
+
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def other_vllm_servers(exclude_pid: int | None = None) -> int:
+    """vLLM API servers running on this machine, except the one with ``exclude_pid``.
+
+    On a shared machine each one competes for the same cores and distorts any timing, so
+    the timing notebooks, the sweep and the benchmarks count them and say so.
+    """
+    import psutil
+
+    count = 0
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["pid"] != exclude_pid and VLLM_SERVER_MODULE in (proc.info["cmdline"] or []):
+            count += 1
+    return count

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine, detect_cpu
-from helpers.load.loadtest import build_workload, run_load_test
+from helpers.load.workload import build_workload
+from helpers.load.run import run_load_test
 from helpers.load.pace import measure_pace, one_request_decode_tok_s
 from helpers.paths import build_dir
 from helpers.serve.server import start_server

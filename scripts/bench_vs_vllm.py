@@ -103,7 +103,7 @@ def run_vllm_bench(server: Any, workload: Any, folder: Path, name: str) -> dict[
 
 def bench_as_records(result: dict[str, Any]) -> list[Any]:
     """vLLM's per-request details as our RequestRecords, so one metrics function reads both."""
-    from helpers.load.loadtest import RequestRecord
+    from helpers.load.client import RequestRecord
 
     start = min(result["start_times"])
     records = []
@@ -138,7 +138,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output-tokens", type=int, default=64)
     args = parser.parse_args(argv)
 
-    from helpers.load.loadtest import build_workload, run_load_test
+    from helpers.load.workload import build_workload
+    from helpers.load.run import run_load_test
     from helpers.load.summary import summarize
     from helpers.paths import build_dir
     from helpers.lab.results import format_table

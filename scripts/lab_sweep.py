@@ -23,8 +23,8 @@ import psutil
 
 from helpers import validate
 from helpers.errors import InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
-from helpers.load.loadtest import (DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, LAB_PROMPT_LENS, build_workload,
-                              run_load_test)
+from helpers.load.workload import DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, LAB_PROMPT_LENS, build_workload
+from helpers.load.run import run_load_test
 from helpers.paths import build_dir
 from helpers.lab.results import format_table, load_runs, runs_table, save_run
 from helpers.serve.server import start_server

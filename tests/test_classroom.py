@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from helpers.serve.classroom import API_KEY_ENV, SharedServerError, connect, mask_key
-from helpers.load.loadtest import build_workload, run_load_test
+from helpers.load.workload import build_workload
+from helpers.load.run import run_load_test
 from helpers.paths import COURSE_ROOT
 from tests.conftest import vllm_processes, wait_until_gone
 

@@ -11,7 +11,7 @@ from dataclasses import replace  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers.load.metrics import MetricsSample  # noqa: E402
+from helpers.load.prometheus import MetricsSample  # noqa: E402
 
 from helpers.paged.capacity import (  # noqa: E402
     LAB_MIX,

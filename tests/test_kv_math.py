@@ -1,4 +1,3 @@
-from helpers.checks import check_choice, check_number
 from helpers.paged.kv_math import kv_bytes_per_token, tokens_that_fit
 
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
@@ -22,23 +21,6 @@ def test_fp8_kv_cache_halves_the_bytes():
 def test_two_gib_pool_of_smollm2_holds_what_vllm_cpu_reported():
     # vLLM 0.32 CPU: "CPU KV cache size: 93,184 tokens" for --kv-cache-memory-bytes 2 GiB, blocks of 128
     assert tokens_that_fit(2 * 2**30, 23_040, 128) == 93_184
-
-
-def test_check_number_accepts_within_tolerance_and_reports_misses(capsys):
-    assert check_number(100.4, 100, name="x", rel_tol=0.01)
-    assert not check_number(150, 100, name="x", hint="look at the units")
-    assert "too high" in capsys.readouterr().out
-
-
-def test_unanswered_checks_print_and_do_not_raise(capsys):
-    assert not check_number(None, 1, name="q1")
-    assert not check_choice(None, "a", name="q2", options=("a", "b"))
-    assert capsys.readouterr().out.count("not answered yet") == 2
-
-
-def test_check_choice_rejects_unknown_options(capsys):
-    assert not check_choice("c", "a", name="q", options=("a", "b"))
-    assert "not one of" in capsys.readouterr().out
 
 
 def test_a_multimodal_config_is_read_through_its_text_config():

@@ -242,7 +242,7 @@ def test_no_failed_requests_means_no_such_finding():
 
 
 def test_a_setting_where_every_request_failed_is_explained_without_a_speed_up():
-    from helpers.load.loadtest import RequestRecord
+    from helpers.load.client import RequestRecord
 
     broken = make_run(8, "a")
     broken.records = [RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0,

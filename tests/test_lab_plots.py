@@ -17,7 +17,8 @@ from helpers.lab.plots import (
     plot_throughput,
     plot_timeline,
 )
-from helpers.load.loadtest import LoadTestRun, RequestRecord
+from helpers.load.run import LoadTestRun
+from helpers.load.client import RequestRecord
 from helpers.lab.results import runs_table
 
 

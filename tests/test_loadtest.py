@@ -1,4 +1,4 @@
-"""helpers.load.loadtest: the workload is sized right, and the client records everything and never raises.
+"""helpers.load: the workload is sized right, and the client records everything and never raises.
 
 Most tests use a tiny fake OpenAI-compatible server (a thread on 127.0.0.1 that streams
 server-sent events, or misbehaves on purpose), so they run in seconds without vLLM. The
@@ -20,16 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.load.loadtest import (
-    LAB_PROMPT_LENS,
-    Endpoint,
-    RequestSpec,
-    ServerTokenizer,
-    Workload,
-    build_workload,
-    make_client,
-    run_load_test,
-)
+from helpers.load.workload import LAB_PROMPT_LENS, ServerTokenizer, Workload, build_workload
+from helpers.load.client import Endpoint, RequestSpec, make_client
+from helpers.load.run import run_load_test
 from helpers.load.summary import summarize
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from helpers.load.loadtest import RequestRecord
+from helpers.load.client import RequestRecord
 from helpers.load.summary import peak_overlap, percentile, pool_summaries, summarize
 
 

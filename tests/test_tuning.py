@@ -12,8 +12,9 @@ import struct
 
 import pytest
 
-from helpers.load.loadtest import LoadTestRun, RequestRecord, RequestSpec, _messages
-from helpers.load.metrics import MetricsSample
+from helpers.load.client import RequestRecord, RequestSpec, _request_args
+from helpers.load.run import LoadTestRun
+from helpers.load.prometheus import MetricsSample
 from helpers.tuning.levers import (
     LLAMA_31_8B,
     NOISE,
@@ -127,8 +128,9 @@ def test_two_shared_prefix_workloads_do_not_share_their_system_prompt():
 
 def test_a_request_with_a_system_prompt_sends_it_first():
     spec = RequestSpec(0, "question", 1, 4, system="rules")
-    assert _messages(spec) == [{"role": "system", "content": "rules"}, {"role": "user", "content": "question"}]
-    assert _messages(RequestSpec(0, "question", 1, 4)) == [{"role": "user", "content": "question"}]
+    assert _request_args("m", spec)["messages"] == [{"role": "system", "content": "rules"},
+                                                    {"role": "user", "content": "question"}]
+    assert _request_args("m", RequestSpec(0, "question", 1, 4))["messages"] == [{"role": "user", "content": "question"}]
 
 
 # ----- one measurement, two measurements ----------------------------------------------------------

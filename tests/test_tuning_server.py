@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from helpers.hardware import detect_device
-from helpers.load.metrics import cache_config_info
+from helpers.load.poller import cache_config_info
 from helpers.serve.server import start_server
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB
 from helpers.tuning.levers import (

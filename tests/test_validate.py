@@ -79,7 +79,7 @@ def test_a_request_longer_than_the_context_is_refused_and_an_unknown_context_che
 
 def test_the_checks_still_run_under_python_dash_o():
     """asserts vanish under -O; the load tester's argument checks must not (old code: an empty workload)."""
-    code = ("from helpers.load.loadtest import build_workload\n"
+    code = ("from helpers.load.workload import build_workload\n"
             "from tests.test_loadtest import WordTokenizer\n"
             "try:\n"
             "    build_workload(WordTokenizer(), num_requests=0)\n"

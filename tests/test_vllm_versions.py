@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.load.metrics import COURSE_METRICS, parse_metrics
+from helpers.load.prometheus import COURSE_METRICS, parse_metrics
 from helpers.serve.config import ServerConfig, build_launch
 
 DATA = Path(__file__).parent / "data"
@@ -44,7 +44,7 @@ def test_every_metric_the_course_reads_exists_in_both_versions(version):
 
 @pytest.mark.parametrize(("version", "block_size"), [("vllm-0.32.0-cpu", "128"), ("vllm-0.26.0-gpu", "16")])
 def test_both_versions_publish_the_engines_cache_settings(version, block_size):
-    from helpers.load.metrics import cache_config_labels
+    from helpers.load.prometheus import cache_config_labels
 
     labels = cache_config_labels((DATA / "metrics" / METRICS[version]).read_text())
     assert labels["block_size"] == block_size and labels["enable_prefix_caching"] == "True"

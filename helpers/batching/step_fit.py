@@ -41,13 +41,10 @@ Example (in a notebook cell, against a running server)::
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,10 +52,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from helpers.batching.trace import Request
-from helpers.files import read_json, write_atomically
 from helpers.load.summary import describe_failures
-from helpers.load.metrics import scrape
-from helpers.paths import build_dir
+from helpers.load.poller import scrape
 from helpers.batching.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
 
 # Token ids for random prompts: clear of SmolLM2's special tokens (ids 0-16) and inside
@@ -416,76 +411,16 @@ def finish_moments(records: Sequence[TimedRequest], within_s: float = 0.05) -> l
     return moments
 
 
-# ----- the prediction the lab compares with -----------------------------------------------------
-PREDICTION_FILE = "batching_prediction.json"
 
 
-def prediction_path() -> Path:
-    """build/results/batching_prediction.json: written by notebook 04, overlaid by the lab."""
-    return build_dir("results") / PREDICTION_FILE
 
 
-def prediction_record(
-    model: StepTimeModel,
-    settings: Sequence[int] = (8, 64),
-    trace: Sequence[Request] | None = None,
-    fitted_from: str = "",
-    measurements: Sequence[StepMeasurement] = (),
-) -> dict[str, Any]:
-    """The predicted output tok/s of `trace` (default: the lab's) at each max_num_seqs, as plain JSON data.
-
-    Keys: max_num_seqs, predicted_output_tok_s, ratio_<last>_vs_<first>, step_time_model
-    (its parameters), fitted_from (how the model was measured), created (ISO time), and
-    measurements (the numbers it was fitted to).
-
-    >>> rec = prediction_record(StepTimeModel(), fitted_from="defaults")
-    >>> rec["max_num_seqs"], round(rec["ratio_64_vs_8"], 2)
-    ([8, 64], 1.6)
-    """
-    from helpers.batching.trace import lab_trace
-    from helpers.batching.step_time import predict_throughput
-
-    trace = list(trace) if trace is not None else lab_trace()
-    tok_s = [predict_throughput(model, trace, n) for n in settings]
-    return {
-        "max_num_seqs": list(settings),
-        "predicted_output_tok_s": tok_s,
-        f"ratio_{settings[-1]}_vs_{settings[0]}": tok_s[-1] / tok_s[0],
-        "step_time_model": asdict(model),
-        "fitted_from": fitted_from,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "measurements": [asdict(m) for m in measurements],
-    }
 
 
-PREDICTION_REMEDY = ("Run notebook 04 (notebooks/04_continuous_batching.ipynb) again down to the cell that saves "
-                     "the prediction (save_prediction), or delete the file.")
 
 
-def save_prediction(record: dict[str, Any], path: Path | None = None) -> Path:
-    """Write a `prediction_record` as JSON (default: `prediction_path()`); returns the path.
-
-    Written whole or not at all (`helpers.files.write_atomically`): a kernel stopped while
-    saving leaves the previous prediction, never half of one."""
-    path = Path(path) if path is not None else prediction_path()
-    return write_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
-def load_prediction(path: Path | None = None) -> dict[str, Any] | None:
-    """The saved prediction, or None when notebook 04 has not written one yet.
-
-    A file that is empty, cut short, or not a prediction raises
-    `helpers.errors.ResultsFileError` (a ValueError) naming it and how to make it again."""
-    path = Path(path) if path is not None else prediction_path()
-    if not path.exists():
-        return None
-    data = read_json(path, remedy=PREDICTION_REMEDY)
-    if not isinstance(data, dict) or "max_num_seqs" not in data or "predicted_output_tok_s" not in data:
-        from helpers.errors import ResultsFileError
-
-        raise ResultsFileError(f"{path} is not a batching prediction (no max_num_seqs and predicted_output_tok_s). "
-                               f"{PREDICTION_REMEDY}")
-    return data
 
 
 def plot_fit_and_prediction(

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from helpers.paged.capacity import blocks_for
+from helpers.paged.kv_math import blocks_for
 from helpers.load.summary import describe_failures, percentile, pool_summaries, summarize
 
 NEAR_LINEAR = 0.875  # of the linear speed-up (7x of 8x) counts as near-linear
@@ -377,9 +377,9 @@ def _hardware_text(device, growth, low, high, cpu_count) -> str:
 
 # ----- learner checks ---------------------------------------------------------------------------
 def check_answer(answer: Any, expected: float | None, what: str, rel_tol: float = 0.02, hint: str = "") -> bool:
-    """Print feedback on a learner's number (via ``helpers.checks.check_number``); True when within
+    """Print feedback on a learner's number (via ``helpers.feedback.check_number``); True when within
     ``rel_tol`` of ``expected``. Never raises."""
-    from helpers.checks import check_number
+    from helpers.feedback import check_number
 
     try:
         if expected is None and answer is not None:
@@ -450,7 +450,7 @@ def check_kv_blocks(answer: Any, records: Sequence[Any], block_size: int) -> boo
 
 def check_kv_limited(answer: Any, records: Sequence[Any], kv_cache: dict[str, Any]) -> bool:
     """Did the KV cache limit the batch? ``"yes"`` when the requests' blocks exceed the server's pool."""
-    from helpers.checks import check_choice
+    from helpers.feedback import check_choice
 
     block, blocks = kv_cache.get("block_size"), kv_cache.get("num_blocks")
     if not block:

@@ -1,7 +1,7 @@
 """The lab's figures, drawn from saved runs: latency CDFs, throughput bars, a per-request
 timeline, and the max_num_seqs sweep.
 
-Each function takes runs (``helpers.load.loadtest.LoadTestRun``) or table rows
+Each function takes runs (``helpers.load.run.LoadTestRun``) or table rows
 (``helpers.lab.results.runs_table``), returns a matplotlib Figure, and states the finding in
 its title, computed from the data (so a title never claims what the data do not show).
 Nothing here measures or saves; nothing here decides what a finding means beyond
@@ -23,6 +23,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.batching.prediction import load_prediction  # noqa: F401  (the lab imports it from here until its cells move)
 from helpers.load.summary import describe_failures, percentile, summarize
 
 WAIT_COLOR = "#f4a259"  # send -> first token: waiting for a slot, then prefill
@@ -172,17 +173,6 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
     _mark_random_weights(fig, list(runs.values()))
     return fig
 
-
-def load_prediction(path: Path | str | None = None) -> dict[str, Any] | None:
-    """The continuous-batching notebook's prediction, or None when it has not been saved yet.
-
-    The same as :func:`helpers.batching.step_fit.load_prediction`: a file that is empty, cut short or
-    not a prediction raises :class:`helpers.errors.ResultsFileError` naming it and how to make
-    it again (rerun notebook 04's saving cell), rather than a bare ``JSONDecodeError``.
-    """
-    from helpers.batching.step_fit import load_prediction as load  # here: step_fit imports matplotlib's Figure only
-
-    return load(None if path is None else Path(path))
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (),

@@ -26,7 +26,8 @@ from typing import Any
 
 from helpers.errors import ResultsFileError
 from helpers.files import read_json, write_atomically
-from helpers.load.loadtest import LoadTestRun, RequestRecord
+from helpers.load.run import LoadTestRun
+from helpers.load.client import RequestRecord
 from helpers.load.summary import pool_summaries, summarize
 from helpers.paths import COURSE_ROOT, build_dir
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.load.loadtest import LAB_PROMPT_LENS, build_workload, run_load_test
+from helpers.load.workload import LAB_PROMPT_LENS, build_workload
+from helpers.load.run import run_load_test
 
 # The probe: 8 requests at once, prompts of 16/64/256/512 tokens (the lab's mix), 16 output tokens each.
 PROBE = {"num_requests": 8, "prompt_lens": LAB_PROMPT_LENS, "output_tokens": 16}

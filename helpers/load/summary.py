@@ -1,7 +1,9 @@
-"""From raw load-test records to one flat summary: a pure function, units in the field names.
+"""From raw load-test records to one typed summary: pure functions, units in the field names.
 
-:func:`summarize` is the only place the course turns records into numbers, after vLLM's
-serve benchmark (``calculate_metrics``). Latencies are in seconds (``_s``: on a CPU they are
+:func:`summarize` is the only place the course turns records into numbers (a
+:class:`RunSummary`), after vLLM's serve benchmark (``calculate_metrics``). A run computes
+it once (:attr:`helpers.load.run.LoadTestRun.summary`); tables, plots and explanations read
+its fields. Latencies are in seconds (``_s``: on a CPU they are
 seconds long); per-token times in milliseconds (``_ms``). Percentiles are numpy's default
 (linear interpolation), over the requests that succeeded; errors are counted, never dropped.
 
@@ -19,22 +21,79 @@ What it leaves out: goodput against latency targets, per-second time series.
 
 Example::
 
-    >>> from helpers.load.loadtest import RequestRecord
+    >>> from helpers.load.client import RequestRecord
     >>> records = [RequestRecord(0, ok=True, output_tokens=3, send_s=0.0, ttft_s=1.0, e2e_s=2.0, done_s=2.0),
     ...            RequestRecord(1, ok=False, error="boom", send_s=0.0, done_s=1.0)]
     >>> s = summarize(records)
-    >>> s["num_ok"], s["num_errors"], s["output_tok_per_s"], s["tpot_mean_ms"]
+    >>> s.num_ok, s.num_errors, s.output_tok_per_s, s.tpot_mean_ms
     (1, 1, 1.5, 500.0)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 PERCENTILES = (50, 95, 99)
+SPREAD = ("output_tok_per_s", "e2e_p95_s", "e2e_p50_s", "ttft_p95_s", "ttft_p50_s", "requests_per_s")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run's numbers (or the mean of several runs of one setting, see :func:`pool_summaries`).
+
+    Latencies in seconds (``_s``), per-token times in milliseconds (``_ms``); None where no
+    successful request gave the number. ``spread`` holds the (min, max) over the runs of the
+    throughput and the p50/p95 latencies when several runs were pooled.
+    """
+
+    num_requests: int
+    num_ok: int
+    num_errors: int
+    wall_s: float
+    prompt_tokens_total: int
+    output_tokens_total: int
+    output_tok_per_s: float | None
+    requests_per_s: float | None
+    e2e_mean_s: float | None
+    e2e_p50_s: float | None
+    e2e_p95_s: float | None
+    e2e_p99_s: float | None
+    ttft_mean_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    ttft_p99_s: float | None
+    tpot_mean_ms: float | None
+    itl_mean_ms: float | None
+    itl_p50_ms: float | None
+    itl_p95_ms: float | None
+    itl_p99_ms: float | None
+    itl_max_ms: float | None
+    peak_generating: int
+    peak_in_flight: int
+    num_runs: int = 1
+    spread: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def range_of(self, name: str) -> tuple[float, float] | None:
+        """(min, max) of a pooled number over the runs; None for a single run or a number not pooled."""
+        return self.spread.get(name) if self.num_runs > 1 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values, for results files."""
+        data = asdict(self)
+        data["spread"] = {name: list(pair) for name, pair in self.spread.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSummary:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["spread"] = {name: (float(lo), float(hi)) for name, (lo, hi) in (data.get("spread") or {}).items()}
+        return cls(**values)
+
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -46,8 +105,8 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
 
 
-def summarize(records: Sequence[Any]) -> dict[str, Any]:
-    """One flat dict of numbers for one run's records (see the module docstring for definitions)."""
+def summarize(records: Sequence[Any]) -> RunSummary:
+    """The numbers of one run's records (see the module docstring for definitions)."""
     ok = [r for r in records if r.ok]
     starts = [r.send_s for r in records]
     ends = [r.done_s if r.done_s is not None else r.send_s for r in records]
@@ -82,7 +141,7 @@ def summarize(records: Sequence[Any]) -> dict[str, Any]:
     summary["peak_generating"] = peak_overlap(
         (r.send_s + r.ttft_s, r.send_s + r.e2e_s) for r in ok if r.ttft_s is not None and r.e2e_s is not None)
     summary["peak_in_flight"] = peak_overlap(zip(starts, ends))
-    return summary
+    return RunSummary(**summary)
 
 
 def describe_failures(records: Sequence[Any], *, max_reasons: int = 3) -> str | None:
@@ -128,31 +187,33 @@ def peak_overlap(intervals: Iterable[tuple[float, float]]) -> int:
     return peak
 
 
-def pool_summaries(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Repetitions of one setting as one row: the mean of every number, plus ``_min`` / ``_max``
-    of throughput and p95 latency, and ``num_runs``.
+def pool_summaries(summaries: Sequence[RunSummary]) -> RunSummary:
+    """Repetitions of one setting as one summary: the mean of every number, the spread (min, max)
+    of throughput and p50/p95 latencies, peaks of peaks, errors added up, and ``num_runs``.
 
-    >>> pool_summaries([{"output_tok_per_s": 90.0}, {"output_tok_per_s": 110.0}])["output_tok_per_s_min"]
-    90.0
+    >>> runs = [summarize([]), summarize([])]
+    >>> pooled = pool_summaries(runs)
+    >>> pooled.num_runs, pooled.output_tok_per_s, pooled.range_of("output_tok_per_s")
+    (2, None, None)
     """
-    assert summaries, "nothing to pool"
-    pooled: dict[str, Any] = {"num_runs": len(summaries)}
-    for key in summaries[0]:
-        values = [s[key] for s in summaries if isinstance(s.get(key), (int, float))]
-        if values and len(values) == len(summaries):
-            pooled[key] = float(np.mean(values))
-            if key in ("output_tok_per_s", "e2e_p95_s", "e2e_p50_s", "ttft_p95_s", "ttft_p50_s", "requests_per_s"):
-                pooled[f"{key}_min"], pooled[f"{key}_max"] = float(min(values)), float(max(values))
-        else:
-            pooled[key] = None
-    for key in ("peak_generating", "peak_in_flight"):  # a peak of peaks, not an average
-        if pooled.get(key) is not None:
-            pooled[key] = max(int(s[key]) for s in summaries)
-    for key in ("num_requests", "num_ok", "prompt_tokens_total", "output_tokens_total"):
-        if isinstance(pooled.get(key), float):
-            pooled[key] = int(round(pooled[key]))
-    pooled["num_errors"] = sum(int(s.get("num_errors") or 0) for s in summaries)  # errors add up
-    return pooled
+    if not summaries:
+        raise ValueError("pool_summaries needs at least one summary (got none): pass the runs of one setting.")
+    pooled: dict[str, Any] = {}
+    spread: dict[str, tuple[float, float]] = {}
+    for name in (f.name for f in fields(RunSummary) if f.name not in ("num_runs", "spread")):
+        values = [getattr(s, name) for s in summaries]
+        if any(value is None for value in values):
+            pooled[name] = None
+            continue
+        pooled[name] = float(np.mean(values))
+        if name in SPREAD:
+            spread[name] = (float(min(values)), float(max(values)))
+    for name in ("peak_generating", "peak_in_flight"):  # a peak of peaks, not an average
+        pooled[name] = max(int(getattr(s, name)) for s in summaries)
+    for name in ("num_requests", "num_ok", "prompt_tokens_total", "output_tokens_total"):
+        pooled[name] = int(round(pooled[name]))
+    pooled["num_errors"] = sum(s.num_errors for s in summaries)  # errors add up
+    return RunSummary(**pooled, num_runs=len(summaries), spread=spread)
 
 
 def _rate(count: float, seconds: float) -> float | None:

@@ -11,7 +11,7 @@ Taught in the PagedAttention notebook (``notebooks/03_paged_attention.ipynb``). 
   be preempted for memory; the engine's ``max_num_seqs`` cap is a separate limit.
 - The live server: :func:`send_token_prompts` sends prompts given as token ids (so their
   lengths are exact) and never raises; :func:`sample_kv_metrics` polls ``/metrics``
-  (through :mod:`helpers.load.metrics`) while they run.
+  (through :mod:`helpers.load.poller`) while they run.
 - Two drawings: :func:`plot_capacity` and :func:`plot_kv_usage`.
 
 Leaves out: chunked prefill and admission order inside the engine, and memory the engine
@@ -40,7 +40,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from helpers.load.summary import describe_failures
-from helpers.load.metrics import MetricsSample, scrape
+from helpers.load.prometheus import MetricsSample
+from helpers.load.poller import scrape
+from helpers.paged.kv_math import blocks_for
 from helpers.serve.log import KVCacheReport
 
 T = TypeVar("T")
@@ -68,15 +70,6 @@ class LengthMix:
 LAB_MIX = LengthMix()  # the lab's 50 concurrent chats
 
 
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks a request of `num_tokens` tokens holds: the last one may be partly empty.
-
-    >>> blocks_for(37, 16), blocks_for(128, 128), blocks_for(129, 128)
-    (3, 1, 2)
-    """
-    if num_tokens < 0 or block_size < 1:
-        raise ValueError(f"need num_tokens >= 0 and block_size >= 1, got {num_tokens}, {block_size}")
-    return -(-num_tokens // block_size)
 
 
 @dataclass(frozen=True)

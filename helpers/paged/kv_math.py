@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from helpers.errors import InvalidArgumentError
+
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
 
 
@@ -45,3 +47,14 @@ def tokens_that_fit(pool_bytes: int, bytes_per_token: int, block_size: int) -> i
     """Token slots in a pool of whole blocks: vLLM allocates KV memory block by block."""
     blocks = pool_bytes // (bytes_per_token * block_size)
     return blocks * block_size
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks a request of `num_tokens` tokens holds: the last one may be partly empty.
+
+    >>> blocks_for(37, 16), blocks_for(128, 128), blocks_for(129, 128)
+    (3, 1, 2)
+    """
+    if num_tokens < 0 or block_size < 1:
+        raise InvalidArgumentError(f"need num_tokens >= 0 and block_size >= 1, got {num_tokens}, {block_size}")
+    return -(-num_tokens // block_size)

@@ -6,11 +6,11 @@ The instructor starts one server for the class with ``scripts/classroom_server.p
     >>> from helpers.serve.classroom import connect                              # doctest: +SKIP
     >>> server = connect("http://10.0.0.5:8000")   # key from $VLLM_COURSE_API_KEY
     >>> server.client().chat.completions.create(model=server.model_name, ...)
-    >>> workload = build_workload(server, num_requests=10)                  # helpers.load.loadtest
+    >>> workload = build_workload(server, num_requests=10)                  # helpers.load.workload
     >>> run = await run_load_test(server, workload)
 
 :func:`connect` checks the URL and the key once (``GET /v1/models``), finds the model name, and
-returns a :class:`SharedServer`: a :class:`helpers.load.loadtest.Endpoint` (what the load tester
+returns a :class:`SharedServer`: a :class:`helpers.load.client.Endpoint` (what the load tester
 accepts) with the ``client()`` / ``async_client()`` / ``get()`` a :class:`~helpers.serve.server.VLLMServer`
 has. The key never appears in its repr, so printing it in a notebook does not leak it.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers.errors import CourseError
-from helpers.load.loadtest import Endpoint
+from helpers.load.client import Endpoint
 
 API_KEY_ENV = "VLLM_COURSE_API_KEY"  # where connect() and scripts/classroom_server.py read the key
 

@@ -308,7 +308,7 @@ class VLLMServer:
         )
 
     def _cache_config_labels(self) -> dict[str, str] | None:
-        from helpers.load.metrics import cache_config_labels  # here: it imports matplotlib, which start-up needs not
+        from helpers.load.prometheus import cache_config_labels  # here: its parser import is not needed at start-up
 
         try:
             return cache_config_labels(self.get("/metrics").decode()) or None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers.checks import check_choice, check_number
+from helpers.feedback import check_choice, check_number
 from helpers.paged.kv_math import tokens_that_fit
 from helpers.tuning.levers import BYTES_PER_WEIGHT, GIB, LLAMA_31_8B, count_parameters, ideal_prefix_hits
 

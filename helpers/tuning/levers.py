@@ -1,7 +1,7 @@
 """Throughput tuning: change one server setting, load-test before and after, say what changed.
 
-The pieces the tuning notebook needs on top of the load tester (:mod:`helpers.load.loadtest`) and
-the ``/metrics`` reader (:mod:`helpers.load.metrics`):
+The pieces the tuning notebook needs on top of the load tester (:mod:`helpers.load`) and
+the ``/metrics`` reader (:mod:`helpers.load.poller`):
 
 - :func:`measure`: one load test while ``/metrics`` is polled, kept as a :class:`Measurement`
   with the server's KV-cache report, the engine's counters for the run (preemptions, prefix
@@ -42,18 +42,12 @@ from typing import Any
 
 from helpers import validate
 from helpers.paged.kv_math import kv_bytes_per_token
-from helpers.load.loadtest import (
-    DEFAULT_TIMEOUT_S,
-    LoadTestRun,
-    RequestSpec,
-    ServerTokenizer,
-    Workload,
-    _corpus_ids,
-    _prompt_of_exact_length,
-    run_load_test,
-)
+from helpers.load.client import DEFAULT_TIMEOUT_S, RequestSpec
+from helpers.load.run import LoadTestRun, run_load_test
+from helpers.load.workload import ServerTokenizer, Workload, _corpus_ids, _prompt_of_exact_length
 from helpers.load.summary import describe_failures
-from helpers.load.metrics import MetricsSample, MetricsSummary, counter_delta, summarize_samples, watch
+from helpers.load.prometheus import MetricsSample, MetricsSummary, counter_delta, summarize_samples
+from helpers.load.poller import watch
 
 # Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
 # same setting (lab repetitions, docs of the CPU build): a smaller change is not a finding.
@@ -193,7 +187,7 @@ def shared_prefix_workload(
     one, so its first request must compute it again and a rerun cannot inherit the first
     run's cache. Each user message (``question_tokens`` tokens) opens with the tag and its own
     index, so no two requests share more than the system prompt and the chat template.
-    ``tokenizer``: a :class:`~helpers.load.loadtest.Tokenizer` or a server (its own tokenizer).
+    ``tokenizer``: a :class:`~helpers.load.workload.Tokenizer` or a server (its own tokenizer).
     Counts must be positive integers (``system_tokens`` above 8: the system prompt's opening
     words take about that many), ``seed`` 0 or more, and system prompt + question + output
     must fit a server's ``max_model_len``; otherwise ``ValueError`` says what to pass.

@@ -1,4 +1,4 @@
-"""Read a vLLM server's Prometheus ``/metrics`` as plain numbers, poll it during a load, plot it.
+"""vLLM's Prometheus ``/metrics`` text as plain numbers: parsing and what a polled load showed.
 
 vLLM publishes its scheduler's state as Prometheus text at ``GET /metrics``. Three gauges
 show the batch as it runs, refreshed once per engine step:
@@ -12,22 +12,13 @@ Counters only grow (``vllm:prompt_tokens``, ``vllm:generation_tokens``,
 ``vllm:num_preemptions``, ``vllm:prefix_cache_queries`` / ``_hits``, ...): a load's share
 is the difference between two scrapes. In the text their samples carry a ``_total`` suffix.
 
-This module parses the text with ``prometheus_client``'s own parser (never with regular
-expressions), keeps every ``vllm:`` gauge, counter and histogram sum/count as a number,
-and gives:
-
-- :func:`parse_metrics`: text -> ``{name: number}``;
-- :func:`scrape`: one :class:`MetricsSample` from a running server;
-- :func:`poll_metrics` / :func:`watch`: sample several times a second from the notebook's
-  event loop while a load runs;
-- :func:`summarize_samples` and :func:`plot_metrics`: the peak numbers, and running /
-  waiting / KV usage over time with the ``max_num_seqs`` cap drawn.
+The text is parsed with ``prometheus_client``'s own parser (never with regular
+expressions); every ``vllm:`` gauge, counter and histogram sum/count is kept as a number.
+Fetching it is :mod:`helpers.load.poller`; drawing it, :mod:`helpers.load.plots`.
 
 Leaves out: per-label breakdowns (label sets are summed, e.g. over engines), histogram
 buckets (only ``_sum`` and ``_count`` are kept), and anything outside the ``vllm:``
 namespace (HTTP and process metrics).
-
-Taught in ``notebooks/04_continuous_batching.ipynb``; used again by the tuning notebook and the lab.
 
 Example::
 
@@ -42,14 +33,9 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
-import time
-import urllib.request
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
-from matplotlib.figure import Figure
 from prometheus_client.parser import text_string_to_metric_families
 
 PREFIX = "vllm:"
@@ -61,7 +47,6 @@ COURSE_METRICS = (
     "iteration_tokens_total_count", "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
     "request_decode_time_seconds_sum", "request_decode_time_seconds_count",
 )
-T = TypeVar("T")
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -133,32 +118,12 @@ class MetricsSample:
         )
 
 
-def _metrics_url(server: Any) -> str:
-    """Accept a VLLMServer (anything with ``.url``) or a root URL like ``http://127.0.0.1:8000``."""
-    url = server if isinstance(server, str) else server.url
-    return url.rstrip("/") + "/metrics"
 
 
-def _headers(server: Any) -> dict[str, str]:
-    """The server's API key as a bearer token, when it has one (a shared classroom server)."""
-    key = getattr(server, "api_key", None)
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def metrics_text(server: Any, timeout: float) -> str:
-    """The server's ``/metrics`` page, with a blocking GET (raises OSError if it fails)."""
-    request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.read().decode()
 
 
-def scrape(server: Any, timeout: float = 5.0) -> MetricsSample:
-    """One sample now, with a blocking GET (for cells outside any load; ``t_s`` is 0).
-
-    >>> scrape(server).num_requests_running  # doctest: +SKIP
-    0
-    """
-    return MetricsSample.from_text(metrics_text(server, timeout))
 
 
 def cache_config_labels(text: str) -> dict[str, str]:
@@ -175,71 +140,10 @@ def cache_config_labels(text: str) -> dict[str, str]:
     return {}
 
 
-def cache_config_info(server: Any, timeout: float = 10.0) -> dict[str, str]:
-    """:func:`cache_config_labels` of a running server, with a blocking GET (raises OSError if it fails)."""
-    return cache_config_labels(metrics_text(server, timeout))
 
 
-async def poll_metrics(
-    server: Any,
-    stop: asyncio.Event,
-    interval_s: float = 0.2,
-    max_duration_s: float = 300.0,
-) -> list[MetricsSample]:
-    """Scrape every ``interval_s`` seconds until ``stop`` is set (or ``max_duration_s``).
-
-    Runs on the caller's event loop with an async HTTP client, so the load it watches keeps
-    running between scrapes. Scrapes that fail (server busy, timed out) are skipped, not
-    raised: a monitor must not break the experiment it watches. One last sample is taken
-    after ``stop``, so the final state is always in the list. Times are seconds since the
-    poller started, on the client's monotonic clock.
-    """
-    import httpx
-
-    url = _metrics_url(server)
-    samples: list[MetricsSample] = []
-    began = time.monotonic()
-    async with httpx.AsyncClient(timeout=max(1.0, 5 * interval_s), headers=_headers(server)) as client:
-
-        async def one() -> None:
-            t = time.monotonic() - began
-            try:
-                response = await client.get(url)
-                response.raise_for_status()
-            except httpx.HTTPError:
-                return
-            samples.append(MetricsSample.from_text(response.text, t_s=t))
-
-        while not stop.is_set() and time.monotonic() - began < max_duration_s:
-            tick = time.monotonic()
-            await one()
-            wait = interval_s - (time.monotonic() - tick)
-            try:  # sleep until the next tick, but wake at once when the load ends
-                await asyncio.wait_for(stop.wait(), timeout=max(wait, 0.0))
-            except asyncio.TimeoutError:
-                pass
-        await one()
-    return samples
 
 
-async def watch(load: Awaitable[T], server: Any, interval_s: float = 0.2) -> tuple[T, list[MetricsSample]]:
-    """Run ``load`` (a coroutine) while polling ``/metrics``; return its result and the samples.
-
-    In a notebook cell::
-
-        records, samples = await watch(send_requests(...), server)   # doctest: +SKIP
-
-    The poller starts before the load and takes one sample after it ends.
-    """
-    stop = asyncio.Event()
-    poller = asyncio.ensure_future(poll_metrics(server, stop, interval_s))
-    await asyncio.sleep(0)  # let the poller take its first sample before the load starts
-    try:
-        result = await load
-    finally:
-        stop.set()
-        samples = await poller
-    return result, samples
 
 
 def counter_delta(samples: Sequence[MetricsSample], name: str) -> float:
@@ -332,44 +236,3 @@ def metrics_finding(summary: MetricsSummary, max_num_seqs: int | None = None) ->
     return f"{head}; KV usage peaked at {summary.peak_kv_cache_usage:.0%}"
 
 
-def plot_metrics(
-    samples: Sequence[MetricsSample],
-    max_num_seqs: int | None = None,
-    title: str | None = None,
-) -> Figure:
-    """Running and waiting requests (top) and KV-cache usage (bottom) over time.
-
-    The gauges are drawn as steps (they hold their value until the engine's next step),
-    with a marker at each sample; the ``max_num_seqs`` cap is a dashed line. The title
-    states the finding (:func:`metrics_finding`) unless ``title`` is given.
-
-    >>> s = [MetricsSample(t, r, w, u, 0, 0, 0, 0, 0) for t, r, w, u in [(0, 0, 0, 0), (0.2, 2, 1, 0.1)]]
-    >>> fig = plot_metrics(s, max_num_seqs=2)
-    >>> [ax.get_ylabel() for ax in fig.axes]
-    ['requests', 'KV cache in use (%)']
-    """
-    times = [s.t_s for s in samples]
-    fig = Figure(figsize=(10, 5.5), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
-    top.step(times, [s.num_requests_running for s in samples], where="post", marker=".", markersize=4,
-             color="tab:blue", label="running (vllm:num_requests_running)")
-    top.step(times, [s.num_requests_waiting for s in samples], where="post", marker=".", markersize=4,
-             color="tab:orange", label="waiting (vllm:num_requests_waiting)")
-    if max_num_seqs is not None:
-        top.axhline(max_num_seqs, color="tab:red", linestyle="--", linewidth=1,
-                    label=f"max_num_seqs = {max_num_seqs}")
-    top.set_ylabel("requests")
-    highest = max([max_num_seqs or 0] + [max(s.num_requests_running, s.num_requests_waiting) for s in samples])
-    top.set_ylim(0, highest * 1.12 + 0.5)
-    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    top.grid(alpha=0.3)
-    bottom.step(times, [100 * s.kv_cache_usage_perc for s in samples], where="post", marker=".",
-                markersize=4, color="tab:green", label="KV cache in use (vllm:kv_cache_usage_perc)")
-    bottom.set_ylabel("KV cache in use (%)")
-    bottom.set_xlabel(f"time since the load started (s), one sample every "
-                      f"~{summarize_samples(samples).poll_interval_p50_s:.2f} s")
-    bottom.set_ylim(0, max(5.0, 115 * max(s.kv_cache_usage_perc for s in samples)))
-    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    bottom.grid(alpha=0.3)
-    fig.suptitle(title or metrics_finding(summarize_samples(samples, max_num_seqs), max_num_seqs), fontsize=11)
-    return fig

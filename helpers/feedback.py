@@ -1,0 +1,111 @@
+"""The one way every exercise answers a learner: a :class:`Feedback`, printed, never raised.
+
+An exercise cell starts with ``answer = None``. The check after it grades the answer into a
+:class:`Feedback` (``ok`` is True, False, or None while nothing is answered yet) and prints
+it, so the notebook still runs top to bottom unanswered (as it does in CI). A grader that
+fails on an odd answer (a string where a number was asked, a wrong shape) says so in its
+verdict instead of stopping the notebook: :func:`graded`.
+
+``grade_*`` functions are pure (they return the verdict: what tests call); ``check_*``
+functions grade and print (what notebook cells call).
+
+Example::
+
+    >>> print(grade_number(None, 3, name="blocks"))
+    ✏️ blocks: not answered yet (set `answer` above and run the cell again).
+    >>> check_number(3, 3, name="blocks")
+    ✅ blocks: correct (3).
+    >>> bool(grade_number(4, 3, name="blocks")), grade_number(4, 3, name="blocks").message
+    (False, 'blocks: not quite: 4 is too high.')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MARKS = {True: "✅", False: "❌", None: "✏️"}
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """The verdict on one answer: ``ok`` is None while there is no answer yet."""
+
+    ok: bool | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"{MARKS[self.ok]} {self.message}"
+
+    def __bool__(self) -> bool:  # "correct?", so a checker's caller can branch on it
+        return self.ok is True
+
+
+def not_answered(what: str) -> Feedback:
+    """The verdict while ``answer`` is still None; ``what`` says what to set it to."""
+    return Feedback(None, f"No answer yet: set `answer` to {what} and run the cell again.")
+
+
+def graded(grade: Callable[..., Feedback], *args: Any, **kwargs: Any) -> Feedback:
+    """``grade(*args, **kwargs)``, or a verdict that says why the answer could not be checked.
+
+    >>> print(graded(lambda answer: Feedback(True, "ok"), 1))
+    ✅ ok
+    >>> print(graded(lambda answer: Feedback(True, str(1 / answer)), 0))
+    ❌ Could not check this answer (ZeroDivisionError: division by zero).
+    """
+    try:
+        return grade(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001  (a learner's odd answer must not stop the notebook)
+        return Feedback(False, f"Could not check this answer ({type(error).__name__}: {error}).")
+
+
+def show(feedback: Feedback) -> None:
+    """Print the verdict (one line, with its mark)."""
+    print(feedback)
+
+
+def grade_number(answer: object, expected: float, *, name: str, rel_tol: float = 0.0,
+                 abs_tol: float = 0.0, hint: str = "") -> Feedback:
+    """A numeric answer against the expected value, within ``rel_tol`` / ``abs_tol``."""
+    if answer is None:
+        return Feedback(None, f"{name}: not answered yet (set `answer` above and run the cell again).")
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(float(answer)):
+        return Feedback(False, f"{name}: expected a finite number, got {type(answer).__name__} {answer!r}.")
+    if math.isclose(float(answer), float(expected), rel_tol=rel_tol, abs_tol=abs_tol):
+        return Feedback(True, f"{name}: correct ({_format(expected)}).")
+    direction = "high" if answer > expected else "low"
+    return Feedback(False, f"{name}: not quite: {_format(answer)} is too {direction}."
+                    + (f" Hint: {hint}" if hint else ""))
+
+
+def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str, ...], why: str = "") -> Feedback:
+    """A multiple-choice answer (one of ``options``); the verdict gives the reason when right.
+
+    >>> print(grade_choice("b", "a", name="q", options=("a", "b")))
+    ❌ q: not this one. Look again at the numbers above.
+    """
+    listed = ", ".join(map(repr, options))
+    if answer is None:
+        return Feedback(None, f"{name}: not answered yet (pick one of {listed}).")
+    if answer not in options:
+        return Feedback(False, f"{name}: {answer!r} is not one of {listed}.")
+    if answer == expected:
+        return Feedback(True, f"{name}: correct." + (f" {why}" if why else ""))
+    return Feedback(False, f"{name}: not this one. Look again at the numbers above.")
+
+
+def check_number(answer: object, expected: float, **options: Any) -> None:
+    """Grade a number (see :func:`grade_number`) and print the verdict."""
+    show(graded(grade_number, answer, expected, **options))
+
+
+def check_choice(answer: object, expected: str, **options: Any) -> None:
+    """Grade a choice (see :func:`grade_choice`) and print the verdict."""
+    show(graded(grade_choice, answer, expected, **options))
+
+
+def _format(value: float) -> str:
+    return f"{value:,}" if float(value).is_integer() else f"{value:,.4g}"
