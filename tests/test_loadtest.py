@@ -20,7 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.load.workload import LAB_PROMPT_LENS, ServerTokenizer, Workload, build_workload
+from helpers.hardware import detect_cpu
+from helpers.load.workload import LAB_PROMPT_LENS, ServerTokenizer, Workload, build_workload, token_prompt
 from helpers.load.client import Endpoint, RequestSpec, make_client
 from helpers.load.run import run_load_test
 from helpers.load.summary import summarize
@@ -261,6 +262,11 @@ def test_the_run_tag_must_be_a_non_empty_string(run_tag):
         build_workload(WordTokenizer(), num_requests=1, run_tag=run_tag)
 
 
+def test_a_system_message_with_token_ids_is_refused_in_words():
+    with pytest.raises(ValueError, match="system message needs a text prompt"):
+        RequestSpec(0, (1, 2, 3), 3, 2, system="be brief")
+
+
 @pytest.mark.parametrize("field, value", [("max_tokens", 0), ("max_tokens", 2.5), ("prompt_tokens", -1),
                                           ("index", -1)])
 def test_a_hand_made_request_spec_is_checked_too(field, value):
@@ -298,7 +304,7 @@ def test_a_wrong_model_name_gives_one_error_record_per_request_and_no_exception(
     assert len(result.records) == 6
     assert all(not r.ok and "NotFoundError 404" in r.error and "does not exist" in r.error for r in result.records)
     summary = summarize(result.records)
-    assert summary["num_errors"] == 6 and summary["num_ok"] == 0 and summary["e2e_p95_s"] is None
+    assert summary.num_errors == 6 and summary.num_ok == 0 and summary.e2e_p95_s is None
 
 
 def test_a_connection_cut_mid_stream_is_an_error_that_keeps_what_was_measured():
@@ -331,7 +337,7 @@ def test_concurrency_caps_requests_in_flight_and_the_pool_is_larger_than_the_cap
         result = run(run_load_test(fake.endpoint("ok"), toy_workload(12), concurrency=3, progress=False))
     assert fake.peak_in_flight == 3
     assert result.settings["concurrency"] == 3 and result.settings["max_connections"] > 3
-    assert summarize(result.records)["num_ok"] == 12
+    assert summarize(result.records).num_ok == 12
 
 
 def test_default_concurrency_sends_every_request_at_once():
@@ -407,13 +413,32 @@ class TestAgainstVLLM:
     def test_a_wrong_model_name_is_counted_as_errors_with_the_servers_message(self, server):
         workload = build_workload(server, num_requests=5, output_tokens=4)
         result = run(run_load_test(Endpoint(server.url, "gpt-4o"), workload, progress=False), 120)
-        assert summarize(result.records)["num_errors"] == 5
+        assert summarize(result.records).num_errors == 5
         assert all("does not exist" in r.error for r in result.records)
 
     def test_run_knows_its_server(self, server):
         result = run(run_load_test(server, build_workload(server, num_requests=2, output_tokens=2), progress=False), 120)
-        assert result.server["max_num_seqs"] == 4 and result.server["vllm_version"]
-        assert result.server["kv_cache"]["num_tokens"] > 0
+        assert result.server.max_num_seqs == 4 and result.server.vllm_version
+        assert result.server.kv_cache["num_tokens"] > 0
+        assert result.summary is result.summary  # computed once
+        assert result.summary.num_ok == 2 and result.cpu_cores == detect_cpu().cores
+
+    def test_token_id_prompts_streamed_or_not_get_their_exact_lengths(self, server):
+        specs = tuple(RequestSpec(i, token_prompt(length, seed=i), length, 3, stream=stream)
+                      for i, (length, stream) in enumerate([(17, True), (40, False), (129, True)]))
+        result = run(run_load_test(server, Workload(specs, (17, 40, 129), 3, 0, "tokens"), progress=False), 120)
+        for spec, record in zip(specs, result.records):
+            assert record.ok, record.error
+            assert record.prompt_tokens == spec.prompt_tokens  # no chat template around token ids
+            assert record.output_tokens == 3
+            assert (record.ttft_s is None) == (not spec.stream) and record.e2e_s > 0
+
+    def test_requests_leave_at_their_arrival_times(self, server):
+        specs = tuple(RequestSpec(i, token_prompt(16, seed=i), 16, 2, arrival_s=0.6 * i) for i in range(3))
+        result = run(run_load_test(server, Workload(specs, (16,), 2, 0, "arrivals"), progress=False), 120)
+        sends = [record.send_s for record in result.records]
+        assert all(record.ok for record in result.records)
+        assert sends == sorted(sends) and sends[2] - sends[0] >= 1.2 - 0.05
 
 
 @pytest.mark.server
@@ -440,8 +465,8 @@ def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a
         server.stop()
     summary = summarize(result.records)
     assert len(result.records) == 16
-    assert summary["num_ok"] >= 2 and summary["num_errors"] >= 1
-    assert summary["num_ok"] + summary["num_errors"] == 16
+    assert summary.num_ok >= 2 and summary.num_errors >= 1
+    assert summary.num_ok + summary.num_errors == 16
     assert all(r.error for r in result.records if not r.ok)
 
 

@@ -95,7 +95,7 @@ async def measure_pace(server: Any) -> Pace:
     failed = [r for r in run.records if not r.ok]
     if failed:
         raise RuntimeError(f"The pace probe failed ({failed[0].error}); is the server healthy?")
-    return Pace(round(run.summary()["output_tok_per_s"], 1))
+    return Pace(round(run.summary.output_tok_per_s or 0.0, 1))
 
 
 async def one_request_decode_tok_s(server: Any, output_tokens: int = 32) -> float:
