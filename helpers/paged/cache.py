@@ -1,7 +1,8 @@
-"""KV-cache allocators: vLLM's paged scheme and the naive contiguous one it replaced.
+"""vLLM's paged KV-cache allocator in miniature: fixed-size blocks, a free list, block tables.
 
-Taught in the PagedAttention notebook; replayed step by step by `helpers.paged.sim`
-and drawn by `helpers.paged.view`.
+Taught in the PagedAttention notebook; replayed step by step by `helpers.paged.sim` and
+drawn by `helpers.paged.draw`. The naive scheme it replaced is
+`helpers.paged.contiguous.ContiguousKVCache`.
 
 Both classes answer the same verbs a scheduler uses (`can_allocate` / `allocate` /
 `can_append` / `append` / `free`) and report the same `KVUsage` snapshot, so one
@@ -16,75 +17,15 @@ tuples of ints); vLLM can use sha256 to make collisions practically impossible.
 
 from __future__ import annotations
 
-import enum
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from helpers import validate
+from helpers.paged.kv_math import blocks_for
+from helpers.paged.usage import BlockStatus, KVUsage, PoolCell
+
 _NO_PARENT_HASH = 0  # chain seed for a prompt's first block (hash(None) varies per process)
-
-
-class BlockStatus(enum.Enum):
-    """Where a physical block is. Every block is in exactly one of these states."""
-
-    FREE = "free"  # holds nothing; the next block handed out comes from here
-    USED = "used"  # in at least one live request's block table (ref_count >= 1)
-    CACHED = "cached"  # no live user, but keeps a full block's tokens for a later matching prompt
-
-
-@dataclass(frozen=True)
-class PoolCell:
-    """One drawable piece of the KV pool: a block (paged) or a run of slots (contiguous).
-
-    Slots `first_slot .. first_slot + num_slots - 1`; the first `num_tokens` hold tokens.
-    `owners` lists the live requests that use it (more than one: shared). `block_id` is
-    the physical block id for the paged cache and None for the contiguous one.
-
-    >>> PoolCell(first_slot=32, num_slots=16, status=BlockStatus.USED, owners=("r1",), num_tokens=5, block_id=2)
-    PoolCell(first_slot=32, num_slots=16, status=<BlockStatus.USED: 'used'>, owners=('r1',), num_tokens=5, block_id=2)
-    """
-
-    first_slot: int
-    num_slots: int
-    status: BlockStatus
-    owners: tuple[str, ...]
-    num_tokens: int
-    block_id: int | None
-
-
-@dataclass(frozen=True)
-class KVUsage:
-    """A snapshot of where the KV slots went; the same type for both allocators.
-
-    Every slot of the pool is exactly one of: reserved for a live request, free, or held
-    by a cached block, so `capacity_slots == reserved_slots + free_slots + cached_slots`.
-    Reserved slots split into `token_slots + internal_waste_slots + reserved_unused_slots`.
-    Shared blocks count once (physical slots), `logical_tokens` counts every request's tokens.
-
-    >>> u = KVUsage(capacity_slots=64, reserved_slots=48, token_slots=37, internal_waste_slots=11,
-    ...             reserved_unused_slots=0, external_fragmentation_slots=0, free_slots=16,
-    ...             cached_slots=0, logical_tokens=37, num_requests=1, shared_blocks=0, cached_blocks=0)
-    >>> round(u.utilization, 3)  # 37 tokens in 3 blocks of 16
-    0.771
-    """
-
-    capacity_slots: int  # the whole pool, in token slots
-    reserved_slots: int  # slots set aside for live requests
-    token_slots: int  # of those, slots that hold a token's keys and values
-    internal_waste_slots: int  # paged: empty tail of each partly filled last block
-    reserved_unused_slots: int  # contiguous: reserved up front for tokens not (yet) generated
-    external_fragmentation_slots: int  # contiguous: free slots in holes too short for a max_model_len request
-    free_slots: int  # slots nobody holds
-    cached_slots: int  # paged + prefix caching: slots in evictable cached blocks
-    logical_tokens: int  # tokens summed over live requests (a shared prefix counts once per request)
-    num_requests: int  # live requests
-    shared_blocks: int  # blocks in more than one block table
-    cached_blocks: int  # evictable blocks kept for prefix caching
-
-    @property
-    def utilization(self) -> float:
-        """Fraction of reserved slots that hold a token (0.0 when nothing is reserved)."""
-        return self.token_slots / self.reserved_slots if self.reserved_slots else 0.0
 
 
 def hash_block_tokens(parent_hash: int | None, token_ids: Sequence[int]) -> int:
@@ -141,9 +82,8 @@ class PagedKVCache:
     """
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = False) -> None:
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
-        self._block_size = block_size
+        num_blocks = validate.positive_int(num_blocks, "num_blocks", hint="It is the pool's size in blocks.")
+        self._block_size = validate.positive_int(block_size, "block_size", hint="It is tokens per block, e.g. 16.")
         self.enable_prefix_caching = enable_prefix_caching
         self._blocks = [_Block(i) for i in range(num_blocks)]
         self._free_ids: deque[int] = deque(range(num_blocks))  # FREE blocks, handed out from the left
@@ -183,7 +123,7 @@ class PagedKVCache:
     def can_allocate(self, token_ids: Sequence[int]) -> bool:
         """True when the prompt's blocks fit, counting blocks it can share and cached ones it can evict."""
         hits = self._prefix_hits(self._full_block_hashes(token_ids))
-        num_new = self._blocks_for(len(token_ids)) - len(hits)
+        num_new = blocks_for(len(token_ids), self._block_size) - len(hits)
         num_revived = sum(self._blocks[b].status is BlockStatus.CACHED for b in hits)  # no longer evictable
         return num_new <= self.num_free_blocks + self.num_cached_blocks - num_revived
 
@@ -198,7 +138,7 @@ class PagedKVCache:
         table = self._prefix_hits(hashes)
         for block_id in table:  # shared: take a reference, use no new memory
             self._take(block_id)
-        for i in range(len(table), self._blocks_for(len(token_ids))):
+        for i in range(len(table), blocks_for(len(token_ids), self._block_size)):
             block = self._fresh_block()
             block.num_tokens = len(token_ids[i * bs : (i + 1) * bs])
             if i < len(hashes):
@@ -296,7 +236,7 @@ class PagedKVCache:
             assert self._blocks[block_id].block_hash == h and self._blocks[block_id].status is not BlockStatus.FREE
         for seq in self._seqs.values():
             n, bs = len(seq.token_ids), self._block_size
-            assert len(seq.block_table) == self._blocks_for(n)
+            assert len(seq.block_table) == blocks_for(n, self._block_size)
             for i, block_id in enumerate(seq.block_table):
                 assert self._blocks[block_id].num_tokens == min(bs, n - i * bs)
             if n % bs:  # a partly filled last block belongs to this request alone
@@ -304,9 +244,6 @@ class PagedKVCache:
         assert self.num_used_blocks == len(refs)  # used + free + cached == num_blocks
 
     # -- internals -------------------------------------------------------------------------
-    def _blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self._block_size)  # ceiling division: 37 tokens / 16 -> 3 blocks
-
     def _full_block_hashes(self, token_ids: Sequence[int]) -> list[int]:
         """Chained hashes of the prompt's full blocks; [] when prefix caching is off."""
         if not self.enable_prefix_caching:
@@ -358,142 +295,3 @@ class PagedKVCache:
         else:
             block.status, block.num_tokens, block.block_hash = BlockStatus.FREE, 0, None
             self._free_ids.append(block.block_id)
-
-
-@dataclass
-class _Reservation:
-    first_slot: int
-    num_slots: int  # reserved up front, never grows
-    token_ids: list[int]
-
-
-class ContiguousKVCache:
-    """The naive scheme: each request reserves one contiguous run of slots up front.
-
-    The run is `max_model_len` slots (or `len(prompt) + max_tokens`, capped at
-    `max_model_len`, when the request says how many tokens it may generate), found
-    first-fit in a pool of `capacity_slots`. Tokens then fill it left to right; the rest
-    stays reserved until the request finishes. When runs of different sizes come and go,
-    free slots can be scattered in holes too short for a new request: external
-    fragmentation, reported by `usage()`.
-
-    It answers the same verbs as `PagedKVCache`; a slot plays the part of a block
-    (`block_size == 1`), so a block table is the run's slot ids. Leaves out compaction
-    (moving runs to merge holes) and any sharing.
-
-    >>> cache = ContiguousKVCache(capacity_slots=10, max_model_len=4)
-    >>> cache.allocate("a", [7, 8])
-    >>> cache.block_table("a"), cache.usage().reserved_unused_slots  # 4 reserved, 2 hold tokens
-    ([0, 1, 2, 3], 2)
-    """
-
-    def __init__(self, capacity_slots: int, max_model_len: int) -> None:
-        if not 1 <= max_model_len <= capacity_slots:
-            raise ValueError(f"need 1 <= max_model_len <= capacity_slots, got {max_model_len}, {capacity_slots}")
-        self.capacity_slots = capacity_slots
-        self.max_model_len = max_model_len
-        self._runs: dict[str, _Reservation] = {}  # live requests, in admission order
-
-    @property
-    def num_blocks(self) -> int:
-        return self.capacity_slots
-
-    @property
-    def block_size(self) -> int:
-        return 1
-
-    @property
-    def num_used_blocks(self) -> int:
-        return sum(r.num_slots for r in self._runs.values())
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.capacity_slots - self.num_used_blocks
-
-    def block_table(self, request_id: str) -> list[int]:
-        run = self._runs[request_id]
-        return list(range(run.first_slot, run.first_slot + run.num_slots))
-
-    def num_tokens(self, request_id: str) -> int:
-        return len(self._runs[request_id].token_ids)
-
-    def reservation_slots(self, num_prompt_tokens: int, max_tokens: int | None = None) -> int:
-        """Slots reserved for a request: its longest possible length, capped at max_model_len."""
-        if max_tokens is None:
-            return self.max_model_len
-        return min(self.max_model_len, num_prompt_tokens + max_tokens)
-
-    def free_runs(self) -> list[tuple[int, int]]:
-        """Holes as (first_slot, num_slots), in address order."""
-        holes, cursor = [], 0
-        for run in sorted(self._runs.values(), key=lambda r: r.first_slot):
-            if run.first_slot > cursor:
-                holes.append((cursor, run.first_slot - cursor))
-            cursor = run.first_slot + run.num_slots
-        if cursor < self.capacity_slots:
-            holes.append((cursor, self.capacity_slots - cursor))
-        return holes
-
-    def can_allocate(self, token_ids: Sequence[int], max_tokens: int | None = None) -> bool:
-        """True when some single hole is long enough; total free slots are not enough."""
-        need = self.reservation_slots(len(token_ids), max_tokens)
-        return len(token_ids) <= need and any(n >= need for _, n in self.free_runs())
-
-    def allocate(self, request_id: str, token_ids: Sequence[int], max_tokens: int | None = None) -> None:
-        """Reserve the request's whole run in the first hole that fits. Check `can_allocate` first."""
-        if request_id in self._runs:
-            raise ValueError(f"request {request_id!r} is already live")
-        if not self.can_allocate(token_ids, max_tokens):
-            raise RuntimeError(f"no hole for {request_id!r}: call can_allocate() before allocate()")
-        need = self.reservation_slots(len(token_ids), max_tokens)
-        first = next(start for start, n in self.free_runs() if n >= need)
-        self._runs[request_id] = _Reservation(first, need, list(token_ids))
-        self.check_invariants()
-
-    def can_append(self, request_id: str) -> bool:
-        run = self._runs[request_id]
-        return len(run.token_ids) < run.num_slots
-
-    def append(self, request_id: str, token_id: int) -> None:
-        if not self.can_append(request_id):
-            raise RuntimeError(f"{request_id!r} has filled its reservation: call can_append() first")
-        self._runs[request_id].token_ids.append(token_id)
-
-    def free(self, request_id: str) -> None:
-        del self._runs[request_id]
-
-    def usage(self) -> KVUsage:
-        reserved = self.num_used_blocks
-        tokens = sum(len(r.token_ids) for r in self._runs.values())
-        holes = self.free_runs()
-        return KVUsage(
-            capacity_slots=self.capacity_slots,
-            reserved_slots=reserved,
-            token_slots=tokens,
-            internal_waste_slots=0,  # no blocks, so no partly filled last block
-            reserved_unused_slots=reserved - tokens,
-            external_fragmentation_slots=sum(n for _, n in holes if n < self.max_model_len),
-            free_slots=self.capacity_slots - reserved,
-            cached_slots=0,
-            logical_tokens=tokens,
-            num_requests=len(self._runs),
-            shared_blocks=0,
-            cached_blocks=0,
-        )
-
-    def pool_state(self) -> tuple[PoolCell, ...]:
-        """Reserved runs and free holes as `PoolCell`s, in address order (for drawing)."""
-        cells = [PoolCell(s, n, BlockStatus.FREE, (), 0, None) for s, n in self.free_runs()]
-        cells += [
-            PoolCell(r.first_slot, r.num_slots, BlockStatus.USED, (rid,), len(r.token_ids), None)
-            for rid, r in self._runs.items()
-        ]
-        return tuple(sorted(cells, key=lambda c: c.first_slot))
-
-    def check_invariants(self) -> None:
-        cursor = 0
-        for run in sorted(self._runs.values(), key=lambda r: r.first_slot):
-            assert run.first_slot >= cursor, "two reservations overlap"
-            assert len(run.token_ids) <= run.num_slots
-            cursor = run.first_slot + run.num_slots
-        assert cursor <= self.capacity_slots

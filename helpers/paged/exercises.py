@@ -2,9 +2,9 @@
 
 Each exercise has a pure ``grade_*`` function, which works out the right answer with the
 course's own helpers (the allocator, the simulator, the capacity arithmetic) rather than
-from a stored constant, and returns a :class:`Feedback`; and a ``check_*`` function, which
-the notebook calls: it prints the feedback and never raises, so a notebook whose answers
-are still ``None`` runs from top to bottom in CI. Worked solutions are in
+from a stored constant, and returns a :class:`helpers.feedback.Feedback`; and a ``check_*``
+function, which the notebook calls: it prints the feedback (``show(graded(...))``) and never
+raises, so a notebook whose answers are still ``None`` runs from top to bottom in CI. Worked solutions are in
 ``docs/solutions/03_paged_attention.md``, out of the learner's way.
 
 Example::
@@ -12,34 +12,21 @@ Example::
     >>> grade_blocks_after_tokens((3, 11)).ok
     True
     >>> check_blocks_after_tokens(None)
-    No answer yet: set `answer` to (blocks, empty_slots) and run the cell again.
+    ✏️ No answer yet: set `answer` to (blocks, empty_slots) and run the cell again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from helpers.paged.capacity import LAB_MIX, LengthMix, fit
+from helpers.feedback import Feedback, graded, not_answered, show
 from helpers.paged.cache import PagedKVCache
-from helpers.paged.sim import simulate, summarize
+from helpers.paged.capacity import LAB_MIX, LengthMix, fit
+from helpers.paged.kv_math import blocks_for
+from helpers.paged.sim import simulate_allocator
+from helpers.paged.sim_summary import summarize_kv_run
 from helpers.paged.trace import random_trace, shared_prefix_trace
-
-
-@dataclass(frozen=True)
-class Feedback:
-    """The verdict on one answer: `ok` is None while there is no answer yet."""
-
-    ok: bool | None
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _not_yet(what: str) -> Feedback:
-    return Feedback(None, f"No answer yet: set `answer` to {what} and run the cell again.")
 
 
 def _as_ints(answer: Any, n: int) -> tuple[int, ...] | None:
@@ -51,14 +38,6 @@ def _as_ints(answer: Any, n: int) -> tuple[int, ...] | None:
     except (TypeError, ValueError):
         pass
     return None
-
-
-def _check(grade: Callable[..., Feedback], *args: Any) -> None:
-    try:
-        feedback = grade(*args)
-    except Exception as error:  # noqa: BLE001  (a learner's odd answer must not stop the notebook)
-        feedback = Feedback(False, f"Could not check this answer ({type(error).__name__}: {error}).")
-    print(feedback.message)
 
 
 # ----- exercise 1: a block table after 37 tokens ---------------------------------------------------
@@ -76,7 +55,7 @@ def blocks_after_tokens(num_tokens: int = 37, block_size: int = 16) -> tuple[int
 
 def grade_blocks_after_tokens(answer: Any, num_tokens: int = 37, block_size: int = 16) -> Feedback:
     if answer is None:
-        return _not_yet("(blocks, empty_slots)")
+        return not_answered("(blocks, empty_slots)")
     blocks, empty = blocks_after_tokens(num_tokens, block_size)
     given = _as_ints(answer, 2)
     if given is None:
@@ -95,7 +74,7 @@ def grade_blocks_after_tokens(answer: Any, num_tokens: int = 37, block_size: int
 
 def check_blocks_after_tokens(answer: Any) -> None:
     """Exercise 1: a request holds 37 tokens, block size 16. Blocks held? Empty slots in them?"""
-    _check(grade_blocks_after_tokens, answer)
+    show(graded(grade_blocks_after_tokens, answer))
 
 
 # ----- exercise 2: how much of a system prompt can be shared ----------------------------------------
@@ -106,7 +85,7 @@ def shared_blocks(block_size: int, system_prompt_len: int = 64) -> int:
     (4, 0)
     """
     first, second = shared_prefix_trace(num_requests=2, seed=0, system_prompt_len=system_prompt_len)[:2]
-    need = sum(-(-len(r.prompt_token_ids) // block_size) for r in (first, second))
+    need = sum(blocks_for(len(r.prompt_token_ids), block_size) for r in (first, second))
     cache = PagedKVCache(num_blocks=need, block_size=block_size, enable_prefix_caching=True)
     cache.allocate(first.request_id, first.prompt_token_ids)
     cache.allocate(second.request_id, second.prompt_token_ids)
@@ -115,7 +94,7 @@ def shared_blocks(block_size: int, system_prompt_len: int = 64) -> int:
 
 def grade_shared_blocks(answer: Any, block_sizes: tuple[int, int] = (16, 128), system_prompt_len: int = 64) -> Feedback:
     if answer is None:
-        return _not_yet(f"(shared_at_{block_sizes[0]}, shared_at_{block_sizes[1]})")
+        return not_answered(f"(shared_at_{block_sizes[0]}, shared_at_{block_sizes[1]})")
     right = tuple(shared_blocks(bs, system_prompt_len) for bs in block_sizes)
     given = _as_ints(answer, 2)
     if given is None:
@@ -132,7 +111,7 @@ def grade_shared_blocks(answer: Any, block_sizes: tuple[int, int] = (16, 128), s
 
 def check_shared_blocks(answer: Any) -> None:
     """Exercise 2: blocks of a 64-token system prompt shared at block size 16, and at 128."""
-    _check(grade_shared_blocks, answer)
+    show(graded(grade_shared_blocks, answer))
 
 
 # ----- exercise 3: the block size that wastes least -------------------------------------------------
@@ -146,13 +125,14 @@ def utilization_by_block_size(
     """Share of reserved slots holding tokens on `random_trace(seed)`, one paged run per block size."""
     trace = random_trace(seed=seed, max_model_len=max_model_len)
     return {
-        bs: summarize(simulate(trace, PagedKVCache(POOL_SLOTS // bs, bs))).mean_utilization for bs in block_sizes
+        bs: summarize_kv_run(simulate_allocator(trace, PagedKVCache(POOL_SLOTS // bs, bs))).mean_utilization
+        for bs in block_sizes
     }
 
 
 def grade_best_block_size(answer: Any) -> Feedback:
     if answer is None:
-        return _not_yet("one block size: " + ", ".join(map(str, BLOCK_SIZE_CHOICES)))
+        return not_answered("one block size: " + ", ".join(map(str, BLOCK_SIZE_CHOICES)))
     by_size = utilization_by_block_size()
     best = max(by_size, key=by_size.get)
     given = _as_ints(answer, 1)
@@ -169,7 +149,7 @@ def grade_best_block_size(answer: Any) -> Feedback:
 
 def check_best_block_size(answer: Any) -> None:
     """Exercise 3: which block size of 8, 16, 32, 64 wastes least on the default random trace?"""
-    _check(grade_best_block_size, answer)
+    show(graded(grade_best_block_size, answer))
 
 
 # ----- exercise 4: the lab on a smaller GPU pool ----------------------------------------------------
@@ -191,7 +171,7 @@ def lab_fit_on_gpu_pool(mix: LengthMix = LAB_MIX) -> tuple[int, int]:
 
 def grade_lab_fit(answer: Any) -> Feedback:
     if answer is None:
-        return _not_yet("(naive, paged)")
+        return not_answered("(naive, paged)")
     right = lab_fit_on_gpu_pool()
     given = _as_ints(answer, 2)
     if given is None:
@@ -208,4 +188,4 @@ def grade_lab_fit(answer: Any) -> Feedback:
 
 def check_lab_fit(answer: Any) -> None:
     """Exercise 4: how many of the lab's 50 requests fit at once on the exercise's GPU pool, naive vs paged?"""
-    _check(grade_lab_fit, answer)
+    show(graded(grade_lab_fit, answer))

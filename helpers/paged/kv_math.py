@@ -15,8 +15,9 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from helpers.errors import InvalidArgumentError
 
@@ -44,7 +45,11 @@ def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int | None = None
 
 
 def tokens_that_fit(pool_bytes: int, bytes_per_token: int, block_size: int) -> int:
-    """Token slots in a pool of whole blocks: vLLM allocates KV memory block by block."""
+    """Token slots in a pool of whole blocks: vLLM allocates KV memory block by block.
+
+    >>> tokens_that_fit(2 * 2**30, 23_040, 128)  # SmolLM2-135M, 2 GiB, blocks of 128: 728 blocks
+    93184
+    """
     blocks = pool_bytes // (bytes_per_token * block_size)
     return blocks * block_size
 

@@ -1,15 +1,16 @@
 """Replay a request trace against a KV-cache allocator, one decode step at a time.
 
-Taught in the PagedAttention notebook: the same `simulate` runs the naive contiguous
-cache and the paged one on one trace, and `summarize` turns each run into the numbers
-the PagedAttention paper quotes (share of reserved KV memory that holds tokens).
+Taught in the PagedAttention notebook: the same `simulate_allocator` runs the naive
+contiguous cache and the paged one on one trace (`compare_allocators` does both), and
+`helpers.paged.sim_summary.summarize_kv_run` turns each run into the numbers the
+PagedAttention paper quotes (share of reserved KV memory that holds tokens).
 
 Each step: arrivals join the waiting queue; waiting requests are admitted first come,
 first served while `can_allocate` says yes (the first that does not fit blocks the rest,
 as in vLLM); every running request appends one token, and when `can_append` says no the
 most recently admitted request is preempted back to the front of the waiting queue and
 later recomputed from its prompt plus the tokens it had generated (vLLM's recompute
-preemption). Then a `Frame` records the state; requests that finished in the step are
+preemption). Then a `KVFrame` records the state; requests that finished in the step are
 freed at the start of the next one.
 
 Leaves out: compute time (a step is a step, whatever the batch size), chunked prefill,
@@ -24,15 +25,18 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from helpers.paged.cache import ContiguousKVCache, KVUsage, PagedKVCache, PoolCell
+from helpers.errors import InvalidArgumentError
+from helpers.paged.cache import PagedKVCache
+from helpers.paged.contiguous import ContiguousKVCache
 from helpers.paged.trace import VOCAB_SIZE, KVRequest
+from helpers.paged.usage import KVUsage, PoolCell
 
 KVCache = PagedKVCache | ContiguousKVCache  # either allocator: both answer the same verbs
 
 
 @dataclass(frozen=True)
-class Frame:
-    """The state after one step of `simulate`: what the drawing and the metrics read.
+class KVFrame:
+    """The state after one step of `simulate_allocator`: what the drawing and the metrics read.
 
     `pool` has one cell per block (paged) or per reserved run / free hole (contiguous).
     `block_tables` and `num_tokens` are keyed by request id (treat as read-only): the
@@ -40,7 +44,8 @@ class Frame:
     `num_admitted`, `num_finished`, `num_preemptions` count since step 0; `*_now` list the
     request ids that changed state during this step.
 
-    >>> frames = simulate([KVRequest("r0", 0, (1, 2, 3), output_len=2)], PagedKVCache(num_blocks=2, block_size=4))
+    >>> trace = [KVRequest("r0", 0, (1, 2, 3), output_len=2)]
+    >>> frames = simulate_allocator(trace, PagedKVCache(num_blocks=2, block_size=4))
     >>> [(f.step, f.num_tokens, f.finished_now) for f in frames]  # prefill's token, then one decode step
     [(0, {'r0': 4}, ()), (1, {'r0': 5}, ('r0',)), (2, {}, ())]
     """
@@ -112,8 +117,8 @@ def _allocate(cache: KVCache, live: _Live) -> None:
         cache.allocate(live.request.request_id, live.token_ids())
 
 
-def simulate(trace: Sequence[KVRequest], cache: KVCache, max_steps: int = 5_000) -> list[Frame]:
-    """Run `trace` against an empty `cache` until every request finishes; one `Frame` per step.
+def simulate_allocator(trace: Sequence[KVRequest], cache: KVCache, max_steps: int = 5_000) -> list[KVFrame]:
+    """Run `trace` against an empty `cache` until every request finishes; one `KVFrame` per step.
 
     A request that generates its last token in step t is still drawn in frame t (listed
     in `finished_now`); its memory is freed at the start of step t + 1. Raises ValueError
@@ -121,17 +126,18 @@ def simulate(trace: Sequence[KVRequest], cache: KVCache, max_steps: int = 5_000)
     forever. Stops early, unfinished, after `max_steps` steps.
 
     >>> trace = [KVRequest("a", 0, tuple(range(20)), output_len=1), KVRequest("b", 0, tuple(range(20)), output_len=1)]
-    >>> frames = simulate(trace, PagedKVCache(num_blocks=2, block_size=16))  # room for one at a time
+    >>> frames = simulate_allocator(trace, PagedKVCache(num_blocks=2, block_size=16))  # room for one at a time
     >>> [(list(f.block_tables), f.waiting) for f in frames]  # who holds memory, who waits
     [(['a'], ('b',)), (['b'], ()), ([], ())]
     """
-    assert cache.num_used_blocks == 0, "simulate needs an empty cache"
+    if cache.num_used_blocks:
+        raise InvalidArgumentError("simulate_allocator needs an empty cache: pass a new one, e.g. PagedKVCache(64).")
     pending = deque(sorted(trace, key=lambda r: r.arrival_step))  # not arrived yet
     waiting: deque[_Live] = deque()
     running: list[_Live] = []  # admission order: the last one is preempted first
     finished: list[_Live] = []  # done in the previous step, freed at the start of this one
     num_admitted = num_finished = num_preemptions = 0
-    frames: list[Frame] = []
+    frames: list[KVFrame] = []
     for step in range(max_steps):
         if not (pending or waiting or running or finished):
             break
@@ -176,7 +182,7 @@ def simulate(trace: Sequence[KVRequest], cache: KVCache, max_steps: int = 5_000)
 
         shown = [live.request.request_id for live in (*running, *finished)]
         frames.append(
-            Frame(
+            KVFrame(
                 step=step,
                 scheme=scheme_name(cache),
                 block_size=cache.block_size,
@@ -198,101 +204,23 @@ def simulate(trace: Sequence[KVRequest], cache: KVCache, max_steps: int = 5_000)
     return frames
 
 
-def compare(
+def compare_allocators(
     trace: Sequence[KVRequest],
     num_blocks: int = 64,
     block_size: int = 16,
     max_model_len: int = 256,
     enable_prefix_caching: bool = False,
     max_steps: int = 5_000,
-) -> tuple[list[Frame], list[Frame]]:
+) -> tuple[list[KVFrame], list[KVFrame]]:
     """Run `trace` on a contiguous and a paged cache of the same size: num_blocks * block_size slots.
 
-    Returns (contiguous frames, paged frames). Leaves out everything `simulate` does.
+    Returns (contiguous frames, paged frames). Leaves out everything `simulate_allocator` does.
 
     >>> trace = [KVRequest("a", 0, (1, 2, 3), output_len=1)]
-    >>> naive, paged = compare(trace, num_blocks=4, block_size=4, max_model_len=8)
+    >>> naive, paged = compare_allocators(trace, num_blocks=4, block_size=4, max_model_len=8)
     >>> naive[0].usage.reserved_slots, paged[0].usage.reserved_slots  # 8 reserved up front vs 1 block of 4
     (8, 4)
     """
-    naive = simulate(trace, ContiguousKVCache(num_blocks * block_size, max_model_len), max_steps)
-    paged = simulate(trace, PagedKVCache(num_blocks, block_size, enable_prefix_caching), max_steps)
+    naive = simulate_allocator(trace, ContiguousKVCache(num_blocks * block_size, max_model_len), max_steps)
+    paged = simulate_allocator(trace, PagedKVCache(num_blocks, block_size, enable_prefix_caching), max_steps)
     return naive, paged
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """The numbers of one run, next to which the notebook puts the paper's.
-
-    `mean_utilization` is summed token slots over summed reserved slots across all steps
-    (a slot-step average, so busy steps weigh more): the PagedAttention paper's measure of
-    how much reserved KV memory holds token states (prior systems 20-38%, vLLM ~96%).
-
-    >>> s = summarize(simulate([KVRequest("a", 0, (1, 2, 3), output_len=2)], PagedKVCache(2, block_size=4)))
-    >>> s.mean_utilization, s.num_steps  # 4 of 4 slots, then 5 of 8, then nothing reserved
-    (0.75, 3)
-    """
-
-    scheme: str
-    capacity_slots: int
-    num_steps: int  # steps until the last request finished (or max_steps)
-    num_finished: int
-    mean_utilization: float  # token slots / reserved slots, summed over steps
-    peak_utilization: float  # highest single-step token slots / reserved slots
-    mean_reserved_fraction: float  # reserved slots / capacity, averaged over steps
-    peak_reserved_slots: int
-    peak_token_slots: int
-    mean_running: float  # concurrent requests, averaged over steps
-    peak_running: int
-    waiting_steps: int  # sum over steps of requests waiting: queueing delay, in request-steps
-    num_preemptions: int
-    sharing_saving: float  # 1 - physical token slots / logical tokens: memory saved by prefix sharing
-    # Where the rest of the reserved slots went, summed over steps like mean_utilization, so that
-    # mean_utilization + mean_internal_waste + mean_reserved_unused == 1 whenever anything was reserved.
-    mean_internal_waste: float = 0.0  # paged: empty tails of partly filled last blocks / reserved
-    mean_reserved_unused: float = 0.0  # contiguous: reserved ahead for tokens not (yet) generated / reserved
-    mean_external_fragmentation: float = 0.0  # contiguous: free slots in holes too short for a request / capacity
-    mean_request_tokens: float = 0.0  # tokens a live request holds, averaged over request-steps
-    mean_request_waste: float = 0.0  # reserved slots without a token per live request (physical, so sharing lowers it)
-
-    def describe(self) -> str:
-        """One line for a notebook cell."""
-        return (
-            f"{self.scheme}: {self.mean_utilization:.0%} of reserved KV slots hold tokens, "
-            f"{self.mean_running:.1f} requests running on average (peak {self.peak_running}), "
-            f"{self.waiting_steps} request-steps waiting, {self.num_preemptions} preemptions, "
-            f"done in {self.num_steps} steps"
-        )
-
-
-def summarize(frames: Sequence[Frame]) -> RunSummary:
-    """Reduce one run's frames to a `RunSummary` (pure; frames are not changed)."""
-    if not frames:
-        raise ValueError("no frames to summarize")
-    usages = [f.usage for f in frames]
-    reserved = sum(u.reserved_slots for u in usages)
-    tokens = sum(u.token_slots for u in usages)
-    logical = sum(u.logical_tokens for u in usages)
-    request_steps = sum(u.num_requests for u in usages)
-    return RunSummary(
-        scheme=frames[0].scheme,
-        capacity_slots=usages[0].capacity_slots,
-        num_steps=len(frames),
-        num_finished=frames[-1].num_finished,
-        mean_utilization=tokens / reserved if reserved else 0.0,
-        peak_utilization=max(u.utilization for u in usages),
-        mean_reserved_fraction=sum(u.reserved_slots / u.capacity_slots for u in usages) / len(usages),
-        peak_reserved_slots=max(u.reserved_slots for u in usages),
-        peak_token_slots=max(u.token_slots for u in usages),
-        mean_running=sum(f.num_running for f in frames) / len(frames),
-        peak_running=max(f.num_running for f in frames),
-        waiting_steps=sum(f.num_waiting for f in frames),
-        num_preemptions=frames[-1].num_preemptions,
-        sharing_saving=1 - tokens / logical if logical else 0.0,
-        mean_internal_waste=sum(u.internal_waste_slots for u in usages) / reserved if reserved else 0.0,
-        mean_reserved_unused=sum(u.reserved_unused_slots for u in usages) / reserved if reserved else 0.0,
-        mean_external_fragmentation=sum(u.external_fragmentation_slots for u in usages)
-        / sum(u.capacity_slots for u in usages),
-        mean_request_tokens=logical / request_steps if request_steps else 0.0,
-        mean_request_waste=(reserved - tokens) / request_steps if request_steps else 0.0,
-    )

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from helpers import validate
+from helpers.errors import InvalidArgumentError
+
 VOCAB_SIZE = 32_000  # token ids are drawn from 0 .. VOCAB_SIZE - 1
-TRACE_KINDS = ("random", "shared_prefix")
+KV_TRACE_KINDS = ("random", "shared_prefix")  # what make_kv_trace builds
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,14 @@ class KVRequest:
     max_tokens: int | None = None  # the client's cap on output_len; None: up to max_model_len
 
     def __post_init__(self) -> None:
-        assert self.arrival_step >= 0 and len(self.prompt_token_ids) >= 1 and self.output_len >= 1, self
-        assert self.max_tokens is None or self.output_len <= self.max_tokens, self
+        validate.non_negative_int(self.arrival_step, "arrival_step", hint="It is the decode step it arrives at.")
+        validate.positive_int(self.output_len, "output_len", hint="It is how many tokens the request generates.")
+        if len(self.prompt_token_ids) < 1:
+            raise InvalidArgumentError(f"request {self.request_id!r} has an empty prompt; give at least one token id.")
+        if self.max_tokens is not None and self.output_len > self.max_tokens:
+            raise InvalidArgumentError(
+                f"request {self.request_id!r} generates output_len={self.output_len} tokens, more than its "
+                f"max_tokens={self.max_tokens}; pass an output_len of at most max_tokens (or max_tokens=None).")
 
 
 def _skewed_lengths(rng: np.random.Generator, n: int, lo: int, hi: int) -> np.ndarray:
@@ -44,7 +53,8 @@ def _skewed_lengths(rng: np.random.Generator, n: int, lo: int, hi: int) -> np.nd
 
     Real chat outputs look like this: a median far below the cap, a long tail.
     """
-    assert 1 <= lo <= hi, (lo, hi)
+    if not 1 <= lo <= hi:
+        raise InvalidArgumentError(f"a (min, max) length range needs 1 <= min <= max, got ({lo}, {hi}).")
     return np.floor(np.exp(rng.uniform(np.log(lo), np.log(hi + 1), size=n))).astype(int).clip(lo, hi)
 
 
@@ -71,7 +81,8 @@ def _build(
     requests = []
     for i, (prompt, arrival, out, cap) in enumerate(zip(prompts, arrivals, outputs, caps)):
         if len(prompt) >= max_model_len:
-            raise ValueError(f"a prompt of {len(prompt)} tokens leaves no room under max_model_len={max_model_len}")
+            raise InvalidArgumentError(f"a prompt of {len(prompt)} tokens leaves no room under "
+                                       f"max_model_len={max_model_len}; pass a larger max_model_len.")
         cap = None if cap is None else int(cap)
         limit = max_model_len - len(prompt) if cap is None else min(cap, max_model_len - len(prompt))
         requests.append(KVRequest(f"r{i:0{width}d}", int(arrival), prompt, int(min(out, limit)), cap))
@@ -133,14 +144,14 @@ def shared_prefix_trace(
     return _build(rng, prompts, output_len, max_model_len, arrival_rate, max_tokens)
 
 
-def make_trace(kind: str, seed: int = 0, max_model_len: int = 256, **kwargs) -> list[KVRequest]:
-    """`random_trace` or `shared_prefix_trace` by name (one of TRACE_KINDS); for widgets.
+def make_kv_trace(kind: str, seed: int = 0, max_model_len: int = 256, **kwargs) -> list[KVRequest]:
+    """`random_trace` or `shared_prefix_trace` by name (one of KV_TRACE_KINDS); for widgets.
 
-    >>> len(make_trace("shared_prefix", seed=0, num_requests=5))
+    >>> len(make_kv_trace("shared_prefix", seed=0, num_requests=5))
     5
     """
     if kind == "random":
         return random_trace(seed=seed, max_model_len=max_model_len, **kwargs)
     if kind == "shared_prefix":
         return shared_prefix_trace(seed=seed, max_model_len=max_model_len, **kwargs)
-    raise ValueError(f"unknown trace kind {kind!r}; choose one of {TRACE_KINDS}")
+    raise InvalidArgumentError(f"unknown trace kind {kind!r}; choose one of {KV_TRACE_KINDS}")
