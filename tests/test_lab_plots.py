@@ -1,7 +1,6 @@
 """helpers.lab.plots: every figure builds headless (Agg) from runs, and its title states what the data show."""
 
-import doctest
-import json
+from dataclasses import replace
 
 import matplotlib
 
@@ -10,16 +9,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from helpers.lab.plots import (
-    load_prediction,
-    plot_latency_cdf,
-    plot_sweep,
-    plot_throughput,
-    plot_timeline,
-)
-from helpers.load.run import LoadTestRun
+from helpers.lab.plots import plot_latency_cdf, plot_sweep, plot_throughput, plot_timeline
+from helpers.lab.table import ResultRow, runs_table
 from helpers.load.client import RequestRecord
-from helpers.lab.results import runs_table
+from helpers.load.run import LoadTestRun, ServerFacts
+from helpers.load.summary import summarize
 
 
 def waves_run(seqs, step_s, tag, n=50, tokens=64):
@@ -32,7 +26,7 @@ def waves_run(seqs, step_s, tag, n=50, tokens=64):
                                      ttft_s=start + step_s, e2e_s=start + tokens * step_s,
                                      done_s=start + tokens * step_s, itl_s=[step_s] * (tokens - 1)))
     records[-1] = RequestRecord(n - 1, ok=False, error="boom", send_s=0.0, done_s=1.0)
-    server = {"max_num_seqs": seqs, "device": "cpu", "kv_cache": None}
+    server = ServerFacts("smollm2", max_num_seqs=seqs, device="cpu")
     return LoadTestRun(f"max_num_seqs={seqs}", {"run_tag": tag}, server, "CPU: 2 cores",
                        "2026-11-29T08:00:00+00:00", 0.0, records)
 
@@ -88,23 +82,10 @@ def test_sub_second_gpu_latencies_keep_their_digits_in_the_sweep_title():
     assert "0 s" not in title.replace("10 s", "") and " s at 1 " in title
 
 
-def test_docstring_examples_run():
-    from helpers.lab import plots as lab_plots
-
-    assert doctest.testmod(lab_plots).failed == 0
-
-
 def test_the_sweep_builds_without_a_prediction():
     rows = runs_table([waves_run(s, 0.05, f"r{s}") for s in (1, 8, 64)], pooled=True)
     labels = [t.get_text() for t in plot_sweep(rows).axes[0].get_legend().get_texts()]
     assert not any("prediction" in label for label in labels)
-
-
-def test_a_missing_prediction_file_is_none_and_a_saved_one_loads(tmp_path):
-    assert load_prediction(tmp_path / "absent.json") is None
-    path = tmp_path / "p.json"
-    path.write_text(json.dumps({"max_num_seqs": [8, 64], "predicted_output_tok_s": [90, 150], "ratio_64_vs_8": 1.7}))
-    assert load_prediction(path)["ratio_64_vs_8"] == 1.7
 
 
 # ----- failed requests --------------------------------------------------------------------------------
@@ -114,8 +95,9 @@ def all_failed_run(seqs, tag, n=10):
                for i in range(n - 2)]
     records += [RequestRecord(i, ok=False, error="stream ended before the server finished the answer", send_s=0.0,
                               ttft_s=0.5, e2e_s=None, done_s=None, itl_s=[0.1]) for i in range(n - 2, n)]
-    return LoadTestRun(f"max_num_seqs={seqs}", {"run_tag": tag}, {"max_num_seqs": seqs, "device": "cpu"},
-                       "CPU: 2 cores", "2026-11-29T08:00:00+00:00", 1.0, records)
+    server = ServerFacts("smollm2", max_num_seqs=seqs, device="cpu")
+    return LoadTestRun(f"max_num_seqs={seqs}", {"run_tag": tag}, server, "CPU: 2 cores", "2026-11-29T08:00:00+00:00",
+                       1.0, records)
 
 
 def test_throughput_bars_survive_a_setting_where_every_request_failed_and_say_so(groups):
@@ -148,8 +130,8 @@ def test_the_sweep_survives_a_setting_with_no_successful_request():
     # before: TypeError comparing None latencies, or formatting None in the title
     runs = [waves_run(1, 0.05, "r1"), all_failed_run(8, "r8"), waves_run(64, 0.05, "r64")]
     rows = runs_table(runs, pooled=True)
-    assert rows[1]["e2e_p95_s"] is None
-    own = [{"max_num_seqs": 8, "output_tok_per_s": 0.0, "e2e_p95_s": None}]
+    assert rows[1].summary.e2e_p95_s is None
+    own = [ResultRow(8, "yours", replace(summarize([]), output_tok_per_s=0.0))]
     fig = plot_sweep(rows, own=own, num_requests=50)
     left, right = fig.axes
     assert "at 1 to" in right.get_title() and "at 64" in right.get_title()
@@ -160,13 +142,3 @@ def test_the_sweep_names_a_first_setting_without_throughput_instead_of_dividing_
     rows = runs_table([all_failed_run(1, "r1"), waves_run(8, 0.05, "r8")], pooled=True)
     title = plot_sweep(rows).axes[0].get_title()
     assert "no successful request at 1 slot(s) to compare with" in title
-
-
-@pytest.mark.parametrize("content", ["", '{"max_num_seqs": [8, 6'])
-def test_the_lab_names_a_damaged_prediction_file_instead_of_a_bare_json_error(tmp_path, content):
-    from helpers.errors import ResultsFileError
-
-    path = tmp_path / "batching_prediction.json"
-    path.write_text(content)
-    with pytest.raises(ResultsFileError, match=r"batching_prediction\.json .*Run notebook 04"):
-        load_prediction(path)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from helpers.load.run import LoadTestRun
+from helpers.lab.results import load_reference_runs, load_run, load_runs, save_run
+from helpers.lab.table import format_table, group_by_setting, random_weights_note, runs_table
 from helpers.load.client import RequestRecord
-from helpers.load.summary import summarize
-from helpers.lab.results import format_table, group_by_setting, load_run, load_runs, runs_table, save_run
+from helpers.load.run import LoadTestRun, ServerFacts
 
 
 def make_run(seqs=8, tag="abcd", started="2026-11-29T08:00:00+00:00", scale=1.0):
@@ -16,11 +16,12 @@ def make_run(seqs=8, tag="abcd", started="2026-11-29T08:00:00+00:00", scale=1.0)
                              itl_s=[0.0612345678] * 63) for i in range(4)]
     records.append(RequestRecord(4, ok=False, error="timeout: no complete answer within 10 s", send_s=0.0,
                                  done_s=scale * 10.0))
-    server = {"url": "http://127.0.0.1:8000", "model": "smollm2", "vllm_version": "0.32.0", "max_num_seqs": seqs,
-              "max_model_len": 2048, "device": "cpu",
-              "kv_cache": {"num_tokens": 93184, "num_blocks": 728, "block_size": 128}}
+    server = ServerFacts(url="http://127.0.0.1:8000", model="smollm2", vllm_version="0.32.0", max_num_seqs=seqs,
+                         max_model_len=2048, device="cpu",
+                         kv_cache={"num_tokens": 93184, "num_blocks": 728, "block_size": 128})
     settings = {"num_requests": 5, "run_tag": tag, "output_tokens": 64, "concurrency": 5}
-    return LoadTestRun(f"max_num_seqs={seqs}", settings, server, "CPU: 2 cores", started, scale * 10.0, records)
+    return LoadTestRun(f"max_num_seqs={seqs}", settings, server, "CPU: 2 cores, AMD EPYC", started, scale * 10.0,
+                       records, cpu_cores=2)
 
 
 def test_a_saved_run_loads_back_with_its_records_settings_and_server(tmp_path):
@@ -28,19 +29,30 @@ def test_a_saved_run_loads_back_with_its_records_settings_and_server(tmp_path):
     path = save_run(run, tmp_path)
     assert path.parent == tmp_path and "seqs8" in path.name and path.name.endswith("abcd.json")
     back = load_run(path)
-    assert back.server == run.server and back.settings == run.settings and back.hardware == "CPU: 2 cores"
-    assert back.started_at == run.started_at and back.max_num_seqs == 8
+    assert back.server == run.server and back.settings == run.settings and back.hardware == run.hardware
+    assert back.started_at == run.started_at and back.max_num_seqs == 8 and back.cpu_cores == 2
     assert [r.ok for r in back.records] == [r.ok for r in run.records]
     assert back.records[4].error == run.records[4].error
     assert back.records[0].itl_s[0] == pytest.approx(0.06123, abs=1e-5)  # rounded to 10 microseconds
-    assert summarize(back.records)["e2e_p95_s"] == pytest.approx(summarize(run.records)["e2e_p95_s"])
+    assert back.summary.e2e_p95_s == pytest.approx(run.summary.e2e_p95_s)
 
 
 def test_the_file_is_plain_json_with_a_summary_for_human_readers(tmp_path):
     data = json.loads(save_run(make_run(), tmp_path).read_text())
     assert data["format"].startswith("vllm-course/loadtest-run/")
     assert data["summary"]["num_errors"] == 1 and len(data["records"]) == 5
-    assert data["server"]["vllm_version"] == "0.32.0"
+    assert data["server"]["vllm_version"] == "0.32.0" and data["cpu_cores"] == 2
+
+
+def test_a_file_from_before_cpu_cores_gets_them_from_its_hardware_line(tmp_path):
+    path = save_run(make_run(), tmp_path)
+    data = json.loads(path.read_text())
+    del data["cpu_cores"]
+    path.write_text(json.dumps(data))
+    assert load_run(path).cpu_cores == 2
+    data["hardware"] = "1 x NVIDIA H200 (139 GiB)"
+    path.write_text(json.dumps(data))
+    assert load_run(path).cpu_cores is None
 
 
 def test_load_runs_reads_a_folder_oldest_first_and_skips_other_json(tmp_path):
@@ -62,26 +74,31 @@ def test_loading_something_else_says_what_is_wrong(tmp_path):
 def test_table_rows_per_run_and_pooled_per_setting():
     runs = [make_run(8, "a"), make_run(8, "b", scale=2.0), make_run(64, "c")]
     rows = runs_table(runs)
-    assert [(r["max_num_seqs"], r["run"]) for r in rows] == [(8, "a"), (8, "b"), (64, "c")]
+    assert [(r.max_num_seqs, r.run) for r in rows] == [(8, "a"), (8, "b"), (64, "c")]
+    assert rows[1].summary is runs[1].summary
     pooled = runs_table(runs, pooled=True)
-    assert [r["max_num_seqs"] for r in pooled] == [8, 64]
-    assert pooled[0]["num_runs"] == 2 and pooled[0]["num_errors"] == 2
-    assert [r["run"] for r in pooled] == ["2 runs", "1 run"]
+    assert [r.max_num_seqs for r in pooled] == [8, 64]
+    assert pooled[0].summary.num_runs == 2 and pooled[0].summary.num_errors == 2
+    assert [r.run for r in pooled] == ["2 runs", "1 run"]
+    low, high = runs[0].summary.output_tok_per_s, runs[1].summary.output_tok_per_s  # run b took twice as long
+    assert pooled[0].summary.output_tok_per_s == pytest.approx((low + high) / 2)
+    assert pooled[0].summary.range_of("output_tok_per_s") == pytest.approx((high, low))
     table = format_table(pooled)
     assert table.splitlines()[0].startswith("| max_num_seqs | run | wall_s |") and len(table.splitlines()) == 4
+    ranges = format_table(pooled, ("max_num_seqs", "output_tok_per_s_min", "output_tok_per_s_max"))
+    assert ranges.splitlines()[2:] == [f"| 8 | {high:.3g} | {low:.3g} |", f"| 64 | {low:.3g} | {low:.3g} |"]
 
 
 def test_committed_reference_runs_are_found_per_device_and_model():
-    from helpers.lab.results import load_reference_runs
-
     cpu = load_reference_runs("cpu", "smollm2")
-    assert cpu and {run.server["device"] for run in cpu} == {"cpu"}
+    assert cpu and {run.server.device for run in cpu} == {"cpu"}
+    assert {run.cpu_cores for run in cpu} == {2}  # from "CPU: 2 cores" in files written before cpu_cores
     gpu = load_reference_runs("cuda", "smollm2")  # results/gpu/ (lab and sweep), measured on an H200
     assert {run.max_num_seqs for run in gpu} == {1, 2, 4, 8, 16, 32, 64}
-    assert {run.server["model"] for run in gpu} == {"smollm2"} and {run.server["device"] for run in gpu} == {"cuda"}
+    assert {run.server.model for run in gpu} == {"smollm2"} and {run.server.device for run in gpu} == {"cuda"}
     dummy = load_reference_runs("cuda", "dummy-llama-3.1-8b")
     assert {run.max_num_seqs for run in dummy} == {1, 2, 4, 8, 16, 32, 64}
-    assert all(run.server["model_source"] == "dummy" for run in dummy)
+    assert all(run.server.model_source == "dummy" for run in dummy)
     assert all(run.settings["output_tokens"] == 256 for run in gpu + dummy)  # the lab's GPU setting
     assert load_reference_runs("cpu", "some-other-model") == []
 
@@ -92,7 +109,6 @@ def test_runs_on_random_weights_are_marked_in_notes_plots_and_explanations():
     matplotlib.use("Agg")
     from helpers.lab.explain import explain_runs
     from helpers.lab.plots import plot_throughput
-    from helpers.lab.results import load_reference_runs, random_weights_note
 
     dummy = load_reference_runs("cuda", "dummy-llama-3.1-8b")
     note = random_weights_note(dummy)

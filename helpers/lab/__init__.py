@@ -1,1 +1,11 @@
-"""TODO layout docstring."""
+"""The concurrency lab (``labs/01_concurrency_lab.ipynb``): measure ``max_num_seqs`` 8 vs 64, then explain it.
+
+- ``sweep``: I/O; for each setting start a server, run the load test N times, save the runs
+  (the lab's cells and ``scripts/lab_sweep.py``).
+- ``results``: I/O; run files saved as JSON and loaded back, the committed reference runs.
+- ``table``: pure; runs grouped by setting, pooled into typed rows, written as Markdown tables.
+- ``plots``: drawing; latency CDFs, throughput bars, the per-request timeline, the sweep.
+- ``findings``: pure text; one sentence-builder per effect, from the numbers.
+- ``explain``: notebook glue; the explanation of the speed-up, findings in order.
+- ``checks``: notebook glue; the learner's guided questions, graded (``grade_*``) and printed (``check_*``).
+"""

@@ -2,8 +2,9 @@
 timeline, and the max_num_seqs sweep.
 
 Each function takes runs (``helpers.load.run.LoadTestRun``) or table rows
-(``helpers.lab.results.runs_table``), returns a matplotlib Figure, and states the finding in
-its title, computed from the data (so a title never claims what the data do not show).
+(:class:`helpers.lab.table.ResultRow`, from ``runs_table``), returns a matplotlib Figure, and
+states the finding in its title, computed from the data (so a title never claims what the data
+do not show).
 Nothing here measures or saves; nothing here decides what a finding means beyond
 describing it (that is ``helpers.lab.explain``).
 
@@ -17,14 +18,13 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.batching.prediction import load_prediction  # noqa: F401  (the lab imports it from here until its cells move)
-from helpers.load.summary import describe_failures, percentile, summarize
+from helpers.lab.table import ResultRow, random_weights_note
+from helpers.load.summary import RunSummary, describe_failures, percentile
 
 WAIT_COLOR = "#f4a259"  # send -> first token: waiting for a slot, then prefill
 GENERATE_COLOR = "#3d5a80"  # first token -> last token: decoding
@@ -33,8 +33,6 @@ ERROR_COLOR = "#d62828"
 
 def _mark_random_weights(fig: plt.Figure, runs: Sequence[Any]) -> None:
     """Lay the figure out, with a red footnote when the runs were served with random weights."""
-    from helpers.lab.results import random_weights_note  # here: results imports the load tester
-
     note = random_weights_note(runs)
     if note is None:
         fig.tight_layout()
@@ -105,7 +103,7 @@ def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Seque
     means = {}
     for offset, source, name, filled in ((0.0, groups, "this run", True), (width, reference or {}, "reference", False)):
         for i, seqs in enumerate(settings):
-            values = [summarize(run.records)["output_tok_per_s"] or 0.0 for run in source.get(seqs, [])]
+            values = [run.summary.output_tok_per_s or 0.0 for run in source.get(seqs, [])]
             if not values:
                 continue
             mean = float(np.mean(values))
@@ -155,10 +153,9 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
             if not r.ok:
                 ax.plot((r.done_s or r.send_s), row, "x", color=ERROR_COLOR)
         waits[seqs] = max((r.ttft_s for r in run.records if r.ok and r.ttft_s is not None), default=None)
-        summary = summarize(run.records)
-        failed = (f"; {summary['num_errors']} of {summary['num_requests']} failed (x)"
-                  if summary["num_errors"] else "")
-        ax.set_title(f"max_num_seqs={seqs}: at most {summary['peak_generating']} generating at once{failed}")
+        summary = run.summary
+        failed = f"; {summary.num_errors} of {summary.num_requests} failed (x)" if summary.num_errors else ""
+        ax.set_title(f"max_num_seqs={seqs}: at most {summary.peak_generating} generating at once{failed}")
         ax.set_xlabel("time since the run started, s")
         ax.set_ylabel("request (sorted by send, then first token)")
         ax.invert_yaxis()
@@ -174,22 +171,20 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
     return fig
 
 
-
-def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (),
+def plot_sweep(rows: Sequence[ResultRow], own: Sequence[ResultRow] = (),
                prediction: dict[str, Any] | None = None, num_requests: int | None = None,
                source: str = "reference sweep") -> plt.Figure:
     """Throughput and p95 latency against max_num_seqs (pooled rows of ``runs_table``), with ideal
     linear scaling from the smallest setting, the prediction overlaid and the learner's own points.
 
-    A number no request measured (a setting whose requests all failed: None in its row) is
+    A number no request measured (a setting whose requests all failed: None in its summary) is
     left out of lines and titles, and the rows' failed requests are counted in the title.
     """
-    rows = sorted(rows, key=lambda row: row["max_num_seqs"])
-    seqs = np.array([row["max_num_seqs"] for row in rows], dtype=float)
-    tput = np.array([np.nan if row.get("output_tok_per_s") is None else row["output_tok_per_s"] for row in rows],
-                    dtype=float)
+    rows = sorted(rows, key=lambda row: row.max_num_seqs)
+    seqs = np.array([row.max_num_seqs for row in rows], dtype=float)
+    tput = _numbers([row.summary.output_tok_per_s for row in rows])
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    _with_range(left, seqs, rows, "output_tok_per_s", f"measured ({source})")
+    _with_range(left, seqs, [row.summary for row in rows], "output_tok_per_s", f"measured ({source})")
     base_seqs, base = seqs[0], tput[0]
     grid = np.geomspace(seqs[0], seqs[-1], 50)
     left.plot(grid, base * grid / base_seqs, "k--", lw=1, label=f"ideal linear from max_num_seqs={base_seqs:g}")
@@ -199,14 +194,15 @@ def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (
     if prediction:
         left.plot(prediction["max_num_seqs"], prediction["predicted_output_tok_s"], "s-", color="#8e44ad",
                   ms=5, lw=1.5, label="simulator prediction (continuous-batching notebook)")
-    for ax, key in ((left, "output_tok_per_s"), (right, "e2e_p95_s")):
-        mine = [r for r in own if r.get(key) is not None]
+    for ax, number in ((left, lambda s: s.output_tok_per_s), (right, lambda s: s.e2e_p95_s)):
+        mine = [(row.max_num_seqs, number(row.summary)) for row in own if number(row.summary) is not None]
         if mine:
-            ax.plot([r["max_num_seqs"] for r in mine], [r[key] for r in mine], "*", color=ERROR_COLOR, ms=14,
+            ax.plot([m[0] for m in mine], [m[1] for m in mine], "*", color=ERROR_COLOR, ms=14,
                     label="your runs", zorder=5)
-    _with_range(right, seqs, rows, "e2e_p95_s", f"p95 end-to-end ({source})")
-    if all(row.get("ttft_p95_s") is not None for row in rows):
-        right.plot(seqs, [row["ttft_p95_s"] for row in rows], "o--", color=WAIT_COLOR, label="p95 time to first token")
+    _with_range(right, seqs, [row.summary for row in rows], "e2e_p95_s", f"p95 end-to-end ({source})")
+    if all(row.summary.ttft_p95_s is not None for row in rows):
+        right.plot(seqs, [row.summary.ttft_p95_s for row in rows], "o--", color=WAIT_COLOR,
+                   label="p95 time to first token")
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xticks(seqs, [f"{s:g}" for s in seqs])
@@ -226,16 +222,16 @@ def plot_sweep(rows: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]] = (
                        f"ideal {usable / base_seqs:g}x")
     else:
         left.set_title("No setting had a successful request")
-    p95 = [(s, row["e2e_p95_s"]) for s, row in zip(seqs, rows) if row.get("e2e_p95_s") is not None]
+    p95 = [(s, row.summary.e2e_p95_s) for s, row in zip(seqs, rows) if row.summary.e2e_p95_s is not None]
     if p95:
         lowest = min(p95, key=lambda item: item[1])
         right.set_title(f"p95 latency from {_seconds(p95[0][1])} at {p95[0][0]:g} to {_seconds(p95[-1][1])} at "
                         f"{p95[-1][0]:g} (lowest: {_seconds(lowest[1])} at {lowest[0]:g})")
     else:
         right.set_title("No latency measured: no request succeeded")
-    errors = sum(int(row.get("num_errors") or 0) for row in rows)
+    errors = sum(row.summary.num_errors for row in rows)
     if errors:
-        sent = sum(int(row.get("num_requests") or 0) * int(row.get("num_runs") or 1) for row in rows)
+        sent = sum(row.summary.num_requests * row.summary.num_runs for row in rows)
         fig.suptitle(f"{errors} of {sent} requests failed; they add no tokens and no latencies",
                      color=ERROR_COLOR, fontsize=10)
     fig.tight_layout()
@@ -260,10 +256,19 @@ def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
 
 
-def _with_range(ax, seqs, rows, key, label) -> None:
-    """Points with whiskers over their range; a None (nothing measured) becomes a gap, not a crash."""
-    number = lambda v: np.nan if v is None else v  # noqa: E731
-    values = np.array([number(row.get(key)) for row in rows], dtype=float)
-    lo = np.array([number(row.get(f"{key}_min", row.get(key))) for row in rows], dtype=float)
-    hi = np.array([number(row.get(f"{key}_max", row.get(key))) for row in rows], dtype=float)
+def _numbers(values: Sequence[float | None]) -> np.ndarray:
+    """Floats, with None (nothing measured) as NaN: a gap in a line, not a crash.
+
+    >>> _numbers([1.0, None]).tolist()
+    [1.0, nan]
+    """
+    return np.array([np.nan if value is None else value for value in values], dtype=float)
+
+
+def _with_range(ax, seqs, summaries: Sequence[RunSummary], name: str, label: str) -> None:
+    """The summaries' number ``name`` as points, with whiskers over the runs' range where pooled."""
+    values = _numbers([getattr(summary, name) for summary in summaries])
+    ranges = [summary.range_of(name) for summary in summaries]
+    lo = np.array([value if spread is None else spread[0] for value, spread in zip(values, ranges)], dtype=float)
+    hi = np.array([value if spread is None else spread[1] for value, spread in zip(values, ranges)], dtype=float)
     ax.errorbar(seqs, values, yerr=[values - lo, hi - values], fmt="o-", color=GENERATE_COLOR, capsize=4, label=label)

@@ -4,7 +4,8 @@ One file per run holds everything needed to recompute any metric later, on any m
 the raw per-request records, the workload and client settings, the server (model, vLLM
 version, ``max_num_seqs``, device, KV-cache report), the hardware and the start time.
 Runs go to ``build/lab/`` by default (git-ignored); reference results that the course
-commits live in ``results/<device>/``.
+commits live in ``results/<device>/``. Files written before runs recorded ``cpu_cores`` get it
+from their hardware line, here, once; tables of many runs are :mod:`helpers.lab.table`.
 
 Taught in ``labs/01_concurrency_lab.ipynb``.
 
@@ -12,23 +13,22 @@ Example::
 
     >>> path = save_run(run)                                   # doctest: +SKIP
     >>> runs = load_runs(path.parent)                          # doctest: +SKIP
-    >>> print(format_table(runs_table(runs)))                  # doctest: +SKIP
+    >>> runs[0].summary.output_tok_per_s                       # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import json
-import math
+import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from helpers.errors import ResultsFileError
 from helpers.files import read_json, write_atomically
-from helpers.load.run import LoadTestRun
 from helpers.load.client import RequestRecord
-from helpers.load.summary import pool_summaries, summarize
+from helpers.load.run import LoadTestRun, ServerFacts
 from helpers.paths import COURSE_ROOT, build_dir
 
 FORMAT = "vllm-course/loadtest-run/1"  # bump when the file layout changes
@@ -43,21 +43,36 @@ def run_to_dict(run: LoadTestRun) -> dict[str, Any]:
         "started_at": run.started_at,
         "wall_s": run.wall_s,
         "hardware": run.hardware,
-        "server": run.server,
+        "cpu_cores": run.cpu_cores,
+        "server": run.server.to_dict(),
         "settings": run.settings,
-        "summary": summarize(run.records),  # for people reading the file; recomputed on load
+        "summary": run.summary.to_dict(),  # for people reading the file; recomputed on load
         "records": [_rounded(r.to_dict()) for r in run.records],
     }
 
 
 def run_from_dict(data: dict[str, Any]) -> LoadTestRun:
+    """The run a :func:`run_to_dict` dict describes; files older than ``cpu_cores`` get it from
+    their hardware line."""
     if data.get("format") != FORMAT:
         raise ValueError(f"not a load-test run file (format {data.get('format')!r}, expected {FORMAT!r})")
+    cores = data.get("cpu_cores")
     return LoadTestRun(
-        label=data["label"], settings=data["settings"], server=data["server"], hardware=data["hardware"],
-        started_at=data["started_at"], wall_s=data["wall_s"],
+        label=data["label"], settings=data["settings"], server=ServerFacts.from_dict(data["server"]),
+        hardware=data["hardware"], started_at=data["started_at"], wall_s=data["wall_s"],
         records=[RequestRecord.from_dict(r) for r in data["records"]],
+        cpu_cores=cores if cores is not None else cores_from_hardware(data["hardware"]),
     )
+
+
+def cores_from_hardware(hardware: str | None) -> int | None:
+    """The core count in a CPU machine's hardware line (``describe_machine``), None on a GPU.
+
+    >>> cores_from_hardware("CPU: 2 cores, AMD EPYC 7B13, AVX2"), cores_from_hardware("1 x NVIDIA H200 (139 GiB)")
+    (2, None)
+    """
+    match = re.match(r"CPU: (\d+) cores", hardware or "")
+    return int(match.group(1)) if match else None
 
 
 def save_run(run: LoadTestRun, folder: Path | str | None = None, name: str | None = None) -> Path:
@@ -79,7 +94,6 @@ def _dumps(data: dict[str, Any]) -> str:
     """Indented JSON, except one line per record, so a file stays readable and small."""
     records = data["records"]
     head = json.dumps({key: value for key, value in data.items() if key != "records"}, indent=1)
-    assert head.endswith("\n}")
     lines = ",\n".join("  " + json.dumps(record, separators=(",", ":")) for record in records)
     return head[:-2] + ',\n "records": [\n' + lines + "\n ]\n}\n"
 
@@ -145,72 +159,7 @@ def load_reference_runs(device: str, model: str | None = None) -> list[LoadTestR
     only those of the served model ``model`` when given; empty where there are none."""
     folder = REFERENCE_DIR / ("gpu" if device == "cuda" else device)
     runs = load_runs(folder) if folder.is_dir() else []
-    return [run for run in runs if model is None or run.server.get("model") == model]
-
-
-def random_weights_note(runs: Sequence[LoadTestRun]) -> str | None:
-    """A warning for runs served with random weights (``dummy:...``), else None.
-
-    >>> random_weights_note([])
-    """
-    models = sorted({run.server.get("model") for run in runs if run.server.get("model_source") == "dummy"})
-    if not models:
-        return None
-    return (f"{', '.join(map(str, models))}: random weights in a real architecture. Speeds and memory are the real "
-            "model's; its text is meaningless, so every request has a fixed output length.")
-
-
-def group_by_setting(runs: Sequence[LoadTestRun]) -> dict[int | None, list[LoadTestRun]]:
-    """Runs keyed by the server's ``max_num_seqs``, in increasing order."""
-    groups: dict[int | None, list[LoadTestRun]] = {}
-    for run in runs:
-        groups.setdefault(run.max_num_seqs, []).append(run)
-    return dict(sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or 0)))
-
-
-TABLE_COLUMNS = ("max_num_seqs", "run", "wall_s", "output_tok_per_s", "e2e_p50_s", "e2e_p95_s",
-                 "ttft_p50_s", "ttft_p95_s", "tpot_mean_ms", "peak_generating", "num_errors")
-
-
-def runs_table(runs: Sequence[LoadTestRun], pooled: bool = False) -> list[dict[str, Any]]:
-    """One row per run (``pooled=False``) or per ``max_num_seqs`` (mean of its repetitions,
-    with ``output_tok_per_s_min`` / ``_max``), each row a flat dict of the summary's numbers."""
-    rows = []
-    for seqs, group in group_by_setting(runs).items():
-        summaries = [run.summary() for run in group]
-        if pooled:
-            label = f"{len(group)} run{'s' * (len(group) != 1)}"
-            rows.append({"max_num_seqs": seqs, "run": label, **pool_summaries(summaries)})
-        else:
-            rows += [{"max_num_seqs": seqs, "run": run.settings.get("run_tag", ""), **summary}
-                     for run, summary in zip(group, summaries)]
-    return rows
-
-
-def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
-    """A Markdown table of the given columns; numbers to 3 significant digits.
-
-    >>> print(format_table([{"max_num_seqs": 8, "output_tok_per_s": 101.234}], ["max_num_seqs", "output_tok_per_s"]))
-    | max_num_seqs | output_tok_per_s |
-    |---|---|
-    | 8 | 101 |
-    """
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(_cell(row.get(column)) for column in columns) + " |")
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (bool, int)):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return str(value)
+    return [run for run in runs if model is None or run.server.model == model]
 
 
 def _rounded(record: dict[str, Any]) -> dict[str, Any]:

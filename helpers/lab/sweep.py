@@ -1,0 +1,178 @@
+"""The lab's measurement: for each ``max_num_seqs``, start a server, run the load test, save, stop.
+
+I/O: it starts vLLM servers, sends load, writes one run file each (:func:`helpers.lab.results.save_run`).
+:func:`run_sweep` is the one loop the lab's cells (8 and 64; the optional live sweep) and
+``scripts/lab_sweep.py`` (1 ... 64, the committed reference runs) share. Each repetition gets
+fresh prompts (``seed`` = the repetition), since vLLM's prefix cache would skip a repeated
+prompt's prefill. :func:`check_sweep` refuses impossible plans before any server starts.
+Taught in ``labs/01_concurrency_lab.ipynb``.
+
+Example::
+
+    >>> plan = SweepPlan(repetitions=2, num_requests=50, output_tokens=64)
+    >>> check_sweep((8, 64), plan, max_model_len=2048)
+    >>> result = await run_sweep((8, 64), plan, "build/lab/now")         # doctest: +SKIP
+    >>> len(result.runs)                                                # doctest: +SKIP
+    4
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from helpers import validate
+from helpers.errors import InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
+from helpers.hardware import other_vllm_servers
+from helpers.lab.results import save_run
+from helpers.load.pace import LAB_OUTPUT_TOKENS, lab_output_tokens, measure_pace
+from helpers.load.run import LoadTestRun, run_load_test
+from helpers.load.workload import LAB_PROMPT_LENS, Workload, build_workload
+from helpers.serve.server import start_server
+
+SWEEP_SETTINGS = (1, 2, 4, 8, 16, 32, 64)  # the full sweep: scripts/lab_sweep.py and the lab's RUN_SWEEP
+RETRY_WAIT_S = 20  # after a failed start: a port race or memory still held by a server that is stopping
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """How much load each setting gets: ``repetitions`` load tests of ``num_requests`` requests
+    with ``output_tokens`` each."""
+
+    repetitions: int
+    num_requests: int
+    output_tokens: int
+
+
+@dataclass
+class SweepResult:
+    runs: list[LoadTestRun] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)  # each run's workload, in the same order
+    plan: SweepPlan | None = None  # as run: after ``fit`` where one was given
+
+
+# ``fit``: called with the first server and the planned load; returns the load to run instead.
+Fit = Callable[[Any, SweepPlan], Awaitable[SweepPlan]]
+
+
+def check_sweep(settings: Sequence[int], plan: SweepPlan, max_model_len: int | None = None) -> None:
+    """Refuse settings that could not make a sweep (``ValueError``), before any server starts.
+
+    ``max_model_len``: the servers' context length, when known; the lab's longest prompt plus
+    ``output_tokens`` must fit in it.
+
+    >>> check_sweep((8, 0), SweepPlan(2, 50, 64))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    helpers.errors.InvalidArgumentError: each max_num_seqs setting must be a positive integer, got 0. ...
+    """
+    if not settings:
+        raise InvalidArgumentError("settings must list at least one max_num_seqs value, got none.")
+    for value in settings:
+        validate.positive_int(value, "each max_num_seqs setting", hint="e.g. --settings 1 8 64.")
+    validate.positive_int(plan.repetitions, "repetitions", hint="It is how many load tests run per server start.")
+    validate.positive_int(plan.num_requests, "num_requests")
+    validate.positive_int(plan.output_tokens, "output_tokens")
+    validate.fits_context(max(LAB_PROMPT_LENS) + plan.output_tokens, max_model_len,
+                          f"the lab's longest prompt ({max(LAB_PROMPT_LENS)} tokens) plus "
+                          f"output_tokens={plan.output_tokens}", "Pass fewer --output-tokens.")
+
+
+def default_max_model_len() -> int | None:
+    """The context length ``start_server()`` gives a server when none is passed (None if unknown)."""
+    try:
+        from helpers.serve.config import ServerConfig
+
+        return int(ServerConfig.__dataclass_fields__["max_model_len"].default)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def fit_to_pace(device: str) -> Fit:
+    """A ``fit`` for :func:`run_sweep`: time this machine on the first server (a few seconds) and,
+    where it is slower than the course's reference, send fewer output tokens and repetitions;
+    prints what it changed."""
+
+    async def fit(server: Any, plan: SweepPlan) -> SweepPlan:
+        pace = await measure_pace(server)
+        fitted = replace(plan, output_tokens=lab_output_tokens(pace, device),
+                         repetitions=pace.scaled(plan.repetitions, minimum=1))
+        print(pace.describe({"output tokens": (LAB_OUTPUT_TOKENS[device], fitted.output_tokens),
+                             "repetitions": (plan.repetitions, fitted.repetitions)}))
+        return fitted
+
+    return fit
+
+
+async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *, fit: Fit | None = None,
+                    attempts: int = 1, quiet: bool = False) -> SweepResult:
+    """For each ``max_num_seqs`` in ``settings``: start a server, run ``plan.repetitions`` load
+    tests (fresh prompts each), save every run to ``out``, stop the server; one line per run.
+
+    ``fit``: sizes the load on the first server (e.g. :func:`fit_to_pace`). ``attempts``:
+    server starts to try per setting (a shared machine's port race or memory, 20 s apart).
+    ``quiet``: no server log and no progress bars (a script's output). Each run's settings
+    record the load average and how many other vLLM servers were running at its start.
+    In a notebook: ``await run_sweep(...)``; in a script: ``asyncio.run(run_sweep(...))``.
+    """
+    check_sweep(settings, plan, default_max_model_len())
+    attempts = validate.positive_int(attempts, "attempts")
+    result = SweepResult(plan=plan)
+    for max_num_seqs in settings:
+        others = other_vllm_servers()
+        with _start(max_num_seqs, attempts, quiet) as server:
+            if quiet:
+                print(f"max_num_seqs={max_num_seqs}: server ready in {server.startup_seconds:.0f} s", flush=True)
+            if fit is not None and not result.runs:
+                result.plan = await fit(server, result.plan)
+            for repetition in range(result.plan.repetitions):
+                workload = build_workload(server, num_requests=result.plan.num_requests,
+                                          output_tokens=result.plan.output_tokens, seed=repetition)
+                run = await run_load_test(server, workload, progress=not quiet,
+                                          label=f"max_num_seqs={max_num_seqs}, run {repetition + 1}")
+                run.settings["other_vllm_servers_at_start"] = others
+                save_run(run, out)
+                result.runs.append(run)
+                result.workloads.append(workload)
+                print(describe_run(run, detail=quiet), flush=True)
+    return result
+
+
+def describe_run(run: LoadTestRun, detail: bool = False) -> str:
+    """One line per run: throughput, wall time, latencies, errors; ``detail`` adds how busy the machine was.
+
+    >>> from helpers.load.client import RequestRecord
+    >>> from helpers.load.run import LoadTestRun, ServerFacts
+    >>> records = [RequestRecord(0, ok=True, output_tokens=64, send_s=0.0, ttft_s=1.0, e2e_s=4.0, done_s=4.0)]
+    >>> run = LoadTestRun("x", {"load_avg_1m_at_start": 0.5}, ServerFacts("smollm2"), "CPU: 2 cores", "", 4.0, records)
+    >>> print(describe_run(run, detail=True))
+      16.0 output tok/s, wall 4.0 s, p50 / p95 e2e 4.0 / 4.0 s, errors 0, load avg 0.5, other servers 0
+    """
+    s = run.summary
+    if s.output_tok_per_s is None or s.e2e_p50_s is None:
+        line = f"  no successful request, wall {s.wall_s:.1f} s, errors {s.num_errors}"
+    else:
+        line = (f"  {s.output_tok_per_s:.1f} output tok/s, wall {s.wall_s:.1f} s, "
+                f"p50 / p95 e2e {s.e2e_p50_s:.1f} / {s.e2e_p95_s:.1f} s, errors {s.num_errors}")
+    if detail:
+        line += (f", load avg {run.settings.get('load_avg_1m_at_start')}, "
+                 f"other servers {run.settings.get('other_vllm_servers_at_start', 0)}")
+    return line
+
+
+def _start(max_num_seqs: int, attempts: int, quiet: bool) -> Any:
+    """A started server, after up to ``attempts`` tries; the last failure is raised."""
+    attempt = 1
+    while True:
+        try:
+            return start_server(max_num_seqs=max_num_seqs, quiet=quiet)
+        except (ServerStartError, PortInUseError, NotEnoughMemoryError) as error:
+            if attempt >= attempts:
+                raise
+            print(f"  start failed ({getattr(error, 'cause', type(error).__name__)}), "
+                  f"attempt {attempt} of {attempts}", flush=True)
+            time.sleep(RETRY_WAIT_S)
+            attempt += 1
