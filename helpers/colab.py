@@ -5,7 +5,7 @@ writes both cells into every notebook from it, and ``tests/test_notebook_shape.p
 On Colab the setup cell checks that the runtime has a GPU, clones the course, installs the GPU
 build of vLLM (pinned in ``requirements/colab.txt``) and the helpers, and turns on Colab's
 custom widget manager for the ipywidgets animations; everywhere else it does nothing. The
-server helper picks float16 by itself on a T4, which has no bf16 (``server_config.gpu_dtype``).
+server helper picks float16 by itself on a T4, which has no bf16 (:func:`helpers.serve.config.gpu_dtype`).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ CPUs differ in what vLLM's CPU build can use: bfloat16 arithmetic needs ``avx512
 AMX. Without them (AVX2-only laptops and many cloud machines), oneDNN cannot build a bf16
 matmul and falls back to a slow path: on a 2-core AVX2 EPYC the lab's workload ran at
 7.8 tok/s in bfloat16 and 35.9 tok/s in float32. :func:`detect_cpu` reports the class;
-``server_config.cpu_dtype`` turns it into the dtype to serve.
+``helpers.serve.config.cpu_dtype`` turns it into the dtype to serve.
 
 ``VLLM_COURSE_CPU_ISA=avx2`` makes a machine with AVX-512 behave as an AVX2-only one, for the
 course's own benchmarks and tests: the CPU is reported without its AVX-512 and AMX flags, and
-the server is launched with every library limited to AVX2 (``server_config.avx2_emulation_env``).
+the server is launched with every library limited to AVX2 (``helpers.serve.engine_env.avx2_emulation_env``).
 """
 
 from __future__ import annotations

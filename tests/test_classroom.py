@@ -103,7 +103,7 @@ def test_the_load_tester_runs_through_a_student_connection(classroom):
     run = asyncio.run(run_load_test(server, workload, label="classroom", progress=False, timeout_s=120))
     assert [r.ok for r in run.records] == [True] * 4, [r.error for r in run.records]
     assert {r.output_tokens for r in run.records} == {8}
-    assert run.server["url"] == classroom.url and run.server["vllm_version"]
+    assert run.server.url == classroom.url and run.server.vllm_version
 
 
 def test_the_key_is_never_shown_in_full(classroom):

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from helpers.hardware import GPUInfo, _parse_gpu_line, describe_machine, detect_cpu, detect_device
-from helpers.serve.config import avx2_emulation_env
+from helpers.hardware import GPUInfo, _parse_gpu_line, describe_machine, detect_cpu, detect_device, other_vllm_servers
+from helpers.serve.engine_env import avx2_emulation_env
 
 
 def test_nvidia_smi_line_is_parsed():
@@ -68,3 +68,15 @@ def test_the_emulation_site_makes_torch_report_an_avx2_cpu(monkeypatch):
             "torch.backends.cpu.get_cpu_capability())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False", "True", "AVX2"]
+
+
+def test_other_vllm_servers_counts_processes_running_the_api_server_module():
+    # A stand-in process whose command line names vLLM's server module: the count reads argv only.
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
+                             "-m", "vllm.entrypoints.openai.api_server"])
+    try:
+        before = other_vllm_servers(exclude_pid=fake.pid)
+        assert other_vllm_servers() == before + 1
+    finally:
+        fake.kill()
+        fake.wait()

@@ -6,7 +6,8 @@ import pytest
 
 from helpers.errors import ConfigError
 from helpers.hardware import CPUInfo
-from helpers.serve.config import AVX2_SITE, ServerConfig, build_launch, cpu_dtype
+from helpers.serve.config import ServerConfig, build_launch, cpu_dtype
+from helpers.serve.engine_env import AVX2_SITE
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "8", True])
@@ -326,3 +327,14 @@ def test_an_owned_flag_with_a_bad_value_is_refused_before_launch():
     # tests/data/server_logs/bad_flag.log: vLLM once had to say this, 20 s into a start
     with pytest.raises(ConfigError, match="pass max_num_seqs="):
         ServerConfig(extra_args=("--max-num-seqs", "zero"))
+
+
+def test_a_misspelled_server_setting_is_refused_with_the_settings_listed():
+    with pytest.raises(ConfigError, match="max_num_seq is not a server setting; the settings are model, port"):
+        VLLMServer(max_num_seq=4)
+
+
+def test_build_launch_takes_the_machine_environment_it_is_given():
+    launch = build_launch(ServerConfig(port=8000), device="cpu", model="/m", served_name="m",
+                          machine_env={"LD_PRELOAD": "libx.so"})
+    assert launch.env == {"LD_PRELOAD": "libx.so"}

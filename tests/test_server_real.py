@@ -66,9 +66,9 @@ def test_port_in_use_is_refused_before_launch(server):
 
 def test_next_server_without_a_port_takes_the_next_free_one(server):
     probe = VLLMServer()
-    from helpers.serve.server import _choose_port
+    from helpers.serve.preflight import choose_port
 
-    assert _choose_port(probe.config) != server.port
+    assert choose_port(probe.config) != server.port
 
 
 def test_another_server_on_the_port_does_not_count_as_ours(server):
@@ -88,14 +88,14 @@ def test_another_server_on_the_port_does_not_count_as_ours(server):
 
 def test_choosing_a_port_skips_one_that_is_bound_but_not_yet_listening():
     """A starting vLLM binds its port about a minute before it listens on it."""
-    from helpers.serve.server import FIRST_PORT, _choose_port
     from helpers.serve.config import ServerConfig
+    from helpers.serve.preflight import FIRST_PORT, choose_port
 
-    first = _choose_port(ServerConfig())
+    first = choose_port(ServerConfig())
     with socket.socket() as early:
         early.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         early.bind(("127.0.0.1", first))  # bound like vLLM's socket, no listen() yet
-        assert _choose_port(ServerConfig()) != first
+        assert choose_port(ServerConfig()) != first
     assert first >= FIRST_PORT
 
 
@@ -196,6 +196,16 @@ def _kernel():
     return manager, client
 
 
+def _execute_reply(client, msg_id: str, timeout: float) -> dict:
+    """The reply to one execute request. wait_for_ready may leave a kernel_info reply (status
+    "ok") on the shell channel when the machine is slow, so replies are matched by parent id."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
 def _server_pids_started_by(kernel_pid: int) -> list[int]:
     pids = []
     for proc in vllm_processes():
@@ -210,7 +220,7 @@ def _server_pids_started_by(kernel_pid: int) -> list[int]:
 def test_interrupting_the_kernel_during_start_up_leaves_no_server():
     manager, client = _kernel()
     try:
-        client.execute(KERNEL_CODE)
+        msg_id = client.execute(KERNEL_CODE)
         pids = []
         for _ in range(100):  # wait until the kernel has launched the server
             pids = _server_pids_started_by(manager.provisioner.process.pid)
@@ -220,7 +230,7 @@ def test_interrupting_the_kernel_during_start_up_leaves_no_server():
         assert pids, "the kernel never launched a server"
         time.sleep(3)
         manager.interrupt_kernel()
-        reply = client.get_shell_msg(timeout=60)
+        reply = _execute_reply(client, msg_id, timeout=60)
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         assert wait_until_gone(pids, timeout=20) == []
@@ -232,8 +242,8 @@ def test_interrupting_the_kernel_during_start_up_leaves_no_server():
 def test_a_killed_kernel_leaves_no_server_behind():
     manager, client = _kernel()
     try:
-        client.execute(KERNEL_CODE + "print(server.process.pid)")
-        reply = client.get_shell_msg(timeout=240)
+        msg_id = client.execute(KERNEL_CODE + "print(server.process.pid)")
+        reply = _execute_reply(client, msg_id, timeout=240)
         assert reply["content"]["status"] == "ok"
         pids = _server_pids_started_by(manager.provisioner.process.pid)
         assert pids

@@ -1,1 +1,16 @@
-"""TODO layout docstring."""
+"""The serve room: starting a vLLM server and talking to it (notebooks 01 and 02; every later
+notebook and the lab start their servers through it).
+
+- :mod:`~helpers.serve.server` (I/O): :class:`VLLMServer` and :func:`start_server`, what a notebook holds.
+- :mod:`~helpers.serve.preflight` (I/O): checks before launch: device, dtype, free memory, a free port.
+- :mod:`~helpers.serve.process` (I/O): the server's process group, its watchdog, its port, its log file.
+- :mod:`~helpers.serve._orphan_guard` (I/O): the watchdog process that stops a server whose kernel died.
+- :mod:`~helpers.serve.access` (I/O): the OpenAI clients and keyed GET every server object offers.
+- :mod:`~helpers.serve.classroom` (I/O): :func:`connect` to a shared server an instructor started.
+- :mod:`~helpers.serve.config` (pure): :class:`ServerConfig`, checked, and the command line it becomes.
+- :mod:`~helpers.serve.flags` (pure): which ``extra_args`` would take a flag the helper owns, or a secret.
+- :mod:`~helpers.serve.engine_env` (I/O): the environment variables this machine adds to a server.
+- :mod:`~helpers.serve.log` (pure): reading the server's log: milestones, KV-cache size, why it failed.
+- :mod:`~helpers.serve.model` and :mod:`~helpers.serve.dummy_model` (I/O): which model to serve,
+  and preparing the embedded SmolLM2 or a random-weight 8B architecture on disk.
+"""

@@ -3,7 +3,7 @@
 
 A process started with its own session does not die with its parent, and a killed kernel
 runs no clean-up code, so something outside the kernel has to notice. Started by
-:mod:`helpers.serve.server`; run as ``python -m helpers.serve._orphan_guard OWNER_PID OWNER_START PGID``.
+:func:`helpers.serve.process.start_orphan_guard`; run as ``python -m helpers.serve._orphan_guard OWNER_PID OWNER_START PGID``.
 """
 
 from __future__ import annotations

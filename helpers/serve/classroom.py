@@ -3,16 +3,20 @@
 The instructor starts one server for the class with ``scripts/classroom_server.py`` (which uses
 :func:`helpers.serve.server.start_server` with a host and an API key). Each student then writes::
 
-    >>> from helpers.serve.classroom import connect                              # doctest: +SKIP
-    >>> server = connect("http://10.0.0.5:8000")   # key from $VLLM_COURSE_API_KEY
-    >>> server.client().chat.completions.create(model=server.model_name, ...)
-    >>> workload = build_workload(server, num_requests=10)                  # helpers.load.workload
-    >>> run = await run_load_test(server, workload)
+    >>> from helpers.serve.classroom import connect
+    >>> server = connect("http://10.0.0.5:8000")   # doctest: +SKIP
+    >>> reply = server.client().chat.completions.create(model=server.model_name, ...)   # doctest: +SKIP
+    >>> workload = build_workload(server, num_requests=10)   # doctest: +SKIP
+    >>> run = await run_load_test(server, workload)          # doctest: +SKIP
+
+(``connect`` reads the key from ``$VLLM_COURSE_API_KEY``; ``build_workload`` and
+``run_load_test`` are the load tester's, in :mod:`helpers.load.workload` and :mod:`helpers.load.run`.)
 
 :func:`connect` checks the URL and the key once (``GET /v1/models``), finds the model name, and
 returns a :class:`SharedServer`: a :class:`helpers.load.client.Endpoint` (what the load tester
-accepts) with the ``client()`` / ``async_client()`` / ``get()`` a :class:`~helpers.serve.server.VLLMServer`
-has. The key never appears in its repr, so printing it in a notebook does not leak it.
+accepts) with the ``client()`` / ``async_client()`` / ``get()`` of :class:`helpers.serve.access.ServerAccess`,
+as a :class:`~helpers.serve.server.VLLMServer` has. The key never appears in its repr, so printing
+it in a notebook does not leak it.
 
 What the key protects, in vLLM 0.32: every path under ``/v1`` (chat, completions, models).
 ``/health``, ``/version``, ``/metrics``, ``/tokenize`` and ``/detokenize`` answer without it,
@@ -28,12 +32,11 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import Any
 
 from helpers.errors import CourseError
 from helpers.load.client import Endpoint
+from helpers.serve.access import ServerAccess
 
 API_KEY_ENV = "VLLM_COURSE_API_KEY"  # where connect() and scripts/classroom_server.py read the key
 
@@ -43,24 +46,8 @@ class SharedServerError(CourseError):
 
 
 @dataclass(frozen=True)
-class SharedServer(Endpoint):
+class SharedServer(Endpoint, ServerAccess):
     """A server someone else started, reached by URL and key. Build it with :func:`connect`."""
-
-    def client(self, **kwargs: Any):  # -> openai.OpenAI
-        from openai import OpenAI
-
-        return OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
-
-    def async_client(self, **kwargs: Any):  # -> openai.AsyncOpenAI
-        from openai import AsyncOpenAI
-
-        return AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
-
-    def get(self, path: str, timeout: float = 5.0) -> bytes:
-        """GET a path of the server (``/metrics``, ``/v1/models``) with the key; the body."""
-        request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.api_key}"})
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read()
 
     def __repr__(self) -> str:
         return f"<SharedServer {self.model_name!r} on {self.url}, key {mask_key(self.api_key)}>"

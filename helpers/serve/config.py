@@ -1,30 +1,40 @@
-"""The settings of one vLLM server, checked before launch, and the command line they become.
+r"""The settings of one vLLM server, checked before launch, and the command line they become.
 
 The same :class:`ServerConfig` drives a CPU and a GPU server; the command differs only where
 the hardware does (see :func:`build_launch`):
 
 - CPU: ``-O0`` (skips torch.compile: about 34 s to ready instead of about 2 minutes, with
   no measurable throughput difference on CPU), an explicit KV-cache size (vLLM's CPU build
-  fails at start-up without one), the model worker bound to every core, and a dtype the CPU
-  computes natively (:func:`cpu_dtype`).
+  fails at start-up without one), the model running inside the engine process (``uni``), and a
+  dtype the CPU computes natively (:func:`cpu_dtype`).
 - GPU: ``--gpu-memory-utilization`` sizes the KV pool; compilation and CUDA graphs stay on.
 
+What the machine adds to the environment (tcmalloc, the cores to bind) comes from
+:mod:`helpers.serve.engine_env` (or :func:`build_launch`'s ``machine_env``); everything else
+here is computed from its arguments alone.
 Taught in ``notebooks/01_start_server.ipynb``.
 
 Example::
 
     >>> cfg = ServerConfig(model="/models/smollm2", port=8000, max_num_seqs=8, dtype="float32")
     >>> launch = build_launch(cfg, device="cpu", model=cfg.model, served_name="smollm2")
-    >>> launch.display_command()[11:]  # doctest: +NORMALIZE_WHITESPACE
-    ['--max-model-len', '2048', '-O0', '--distributed-executor-backend', 'uni',
-     '--kv-cache-memory-bytes', '2147483648', '--max-num-seqs', '8', '--dtype', 'float32']
+    >>> print(launch.shell_command())
+    python -m vllm.entrypoints.openai.api_server \
+        --model /models/smollm2 \
+        --served-model-name smollm2 \
+        --host 127.0.0.1 \
+        --port 8000 \
+        --max-model-len 2048 \
+        -O0 \
+        --distributed-executor-backend uni \
+        --kv-cache-memory-bytes 2147483648 \
+        --max-num-seqs 8 \
+        --dtype float32
 """
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -32,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.errors import ConfigError
-from helpers.hardware import CPUInfo, Device, GPUInfo, emulated_isa
+from helpers.hardware import CPUInfo, Device, GPUInfo
+from helpers.serve.engine_env import device_env
 from helpers.serve.flags import check_extra_args
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
@@ -40,7 +51,6 @@ LOOPBACK = "127.0.0.1"
 # --dtype values vLLM accepts, with the name the course uses for each
 DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
           "float32": "float32", "float": "float32"}
-AVX2_SITE = Path(__file__).resolve().parent / "_avx2_site"  # sitecustomize for VLLM_COURSE_CPU_ISA=avx2
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment variables shown as <hidden>
 HIDDEN = "<hidden>"
 
@@ -139,11 +149,19 @@ class Launch:
 
 
 def build_launch(
-    config: ServerConfig, *, device: Device, model: str, served_name: str, load_format: str | None = None
+    config: ServerConfig, *, device: Device, model: str, served_name: str, load_format: str | None = None,
+    machine_env: dict[str, str] | None = None,
 ) -> Launch:
     """Turn a validated config into vLLM's command line for the given device.
 
     ``load_format="dummy"`` serves random weights from a config-only folder (helpers.serve.dummy_model).
+    ``machine_env`` is what this machine adds to the environment (tcmalloc, cores to bind, ...);
+    None asks :func:`helpers.serve.engine_env.device_env`. The key goes in the environment, never argv:
+
+    >>> cfg = ServerConfig(port=8000, host="0.0.0.0", api_key="s3cret")
+    >>> launch = build_launch(cfg, device="cuda", model="/m", served_name="m", machine_env={})
+    >>> launch.env, "s3cret" in launch.argv
+    ({'VLLM_API_KEY': 's3cret'}, False)
     """
     if config.port is None:
         raise ConfigError("build_launch needs a concrete port; VLLMServer picks one.")
@@ -157,20 +175,12 @@ def build_launch(
     ]
     if load_format is not None:
         argv += ["--load-format", load_format]
-    env: dict[str, str] = {}
+    env = dict(device_env(device) if machine_env is None else machine_env)
     kv_gib = config.kv_cache_space_gib
     if device == "cpu":
+        # -O0 and the "uni" executor: see the module docstring and helpers.serve.engine_env.
         argv += ["-O0", "--distributed-executor-backend", "uni"]
-        env.update(cpu_engine_env())
         kv_gib = kv_gib or DEFAULT_CPU_KV_CACHE_GIB  # the CPU build fails at start-up without a size
-        # vLLM reserves a core for the API process by default; on a 2-core machine giving the
-        # model worker both cores measured 1.6-1.8x the throughput.
-        env["VLLM_CPU_OMP_THREADS_BIND"] = os.environ.get(
-            "VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}"
-        )
-    elif importlib.util.find_spec("flashinfer") is None:
-            # vLLM's sampler imports flashinfer unless told not to; without it the engine dies.
-            env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
     if kv_gib is not None:
         # One flag for both builds (VLLM_CPU_KVCACHE_SPACE would take whole GiB only).
         argv += ["--kv-cache-memory-bytes", str(int(kv_gib * 2**30))]
@@ -189,44 +199,6 @@ def build_launch(
         # Through the environment, not argv: argv is visible to every user in `ps`.
         env["VLLM_API_KEY"] = config.api_key
     return Launch(argv, env)
-
-
-def cpu_engine_env() -> dict[str, str]:
-    """Environment for a CPU server, each part kept for what it measured on a 2-core machine.
-
-    - ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` with ``--distributed-executor-backend uni`` (in
-      :func:`build_launch`): the model runs inside the engine process instead of a third process
-      that imports vLLM again; ready in 19-21 s instead of 28-31 s, the same tokens/s.
-    - tcmalloc in ``LD_PRELOAD``, where installed (Debian: ``libtcmalloc-minimal4``): 8 % more
-      tokens/s (131 against 121 on the lab's prompts). Intel's OpenMP, the other library vLLM's
-      log suggests, measured no difference and is left out.
-    - the ISA limits of ``VLLM_COURSE_CPU_ISA=avx2``, if set.
-    """
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    if tcmalloc := find_tcmalloc():
-        env["LD_PRELOAD"] = os.pathsep.join(p for p in (tcmalloc, os.environ.get("LD_PRELOAD", "")) if p)
-    if emulated_isa() == "avx2":
-        env.update(avx2_emulation_env())
-    return env
-
-
-def find_tcmalloc() -> str | None:
-    """The tcmalloc library's name where the dynamic linker can find it, else None."""
-    import ctypes.util
-
-    return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
-
-
-def avx2_emulation_env() -> dict[str, str]:
-    """Limit every library the server computes with to AVX2, as on a CPU without AVX-512.
-
-    oneDNN (vLLM's CPU linear layers), ATen (torch's own kernels) and MKL each read a variable;
-    vLLM's kernel library and attention choose by asking ``torch.cpu``, which ``_avx2_site``
-    answers. The server log then shows ``_C_AVX2`` in use and, in bfloat16, oneDNN's fallback.
-    """
-    path = os.pathsep.join(p for p in (str(AVX2_SITE), os.environ.get("PYTHONPATH", "")) if p)
-    return {"VLLM_COURSE_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-            "MKL_ENABLE_INSTRUCTIONS": "AVX2", "PYTHONPATH": path}
 
 
 def cpu_dtype(cpu: CPUInfo, requested: str | None = None) -> tuple[str, str]:

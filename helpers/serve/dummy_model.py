@@ -32,7 +32,7 @@ from typing import Any
 from helpers.errors import ModelNotAvailableError
 from helpers.paths import written_whole
 
-PREFIX = "dummy:"
+DUMMY_PREFIX = "dummy:"
 # Published shapes (the models' own config.json files); vocabulary and special tokens come
 # from the tokenizer that is copied in.
 ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -60,11 +60,15 @@ _NOT_TOKENIZER = {"config.json", "model.safetensors", "generation_config.json", 
 def parse_dummy_name(model: str) -> str | None:
     """The architecture name in ``dummy:<name>``, or None for any other model string."""
     text = model.strip().lower()
-    return text[len(PREFIX):].strip() if text.startswith(PREFIX) else None
+    return text[len(DUMMY_PREFIX):].strip() if text.startswith(DUMMY_PREFIX) else None
 
 
-def served_name(architecture: str) -> str:
-    """The name clients send: says "dummy" so no plot or table passes it off as the real model."""
+def dummy_served_name(architecture: str) -> str:
+    """The name clients send: says "dummy" so no plot or table passes it off as the real model.
+
+    >>> dummy_served_name("llama-3.1-8b")
+    'dummy-llama-3.1-8b'
+    """
     return f"dummy-{architecture}"
 
 
@@ -76,9 +80,9 @@ def prepare_dummy_model(architecture: str, tokenizer_dir: Path, cache_dir: Path)
     if architecture not in ARCHITECTURES:
         raise ModelNotAvailableError(
             f"Unknown dummy architecture {architecture!r}: choose one of "
-            f"{', '.join(PREFIX + name for name in ARCHITECTURES)}."
+            f"{', '.join(DUMMY_PREFIX + name for name in ARCHITECTURES)}."
         )
-    target = cache_dir / served_name(architecture)
+    target = cache_dir / dummy_served_name(architecture)
     if (target / _MARKER).is_file() and (target / "config.json").is_file():
         return target
     with written_whole(target) as staging:

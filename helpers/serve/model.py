@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from helpers.serve.dummy_model import parse_dummy_name, prepare_dummy_model, served_name
+from helpers.serve.dummy_model import parse_dummy_name, prepare_dummy_model, dummy_served_name
 from helpers.errors import CacheNotWritableError, ModelNotAvailableError
 from helpers.paths import written_whole
 
@@ -77,7 +77,7 @@ def resolve_model(model: str | None = None, *, cache_dir: Path | None = None) ->
     if architecture is not None:
         tokenizer_dir = prepare_embedded_model(cache_dir)
         folder = prepare_dummy_model(architecture, tokenizer_dir, cache_dir or default_cache_dir())
-        return ModelChoice(str(folder), served_name(architecture), "dummy")
+        return ModelChoice(str(folder), dummy_served_name(architecture), "dummy")
     path = Path(wanted).expanduser()
     if path.exists() or _looks_like_path(wanted):
         return ModelChoice(str(_check_local_checkpoint(path)), path.name, "local")

@@ -1,7 +1,7 @@
 """Makes every Python process of a server see an AVX2-only CPU (``VLLM_COURSE_CPU_ISA=avx2``).
 
 Python imports ``sitecustomize`` at start-up from the first folder on ``sys.path`` that has one;
-``server_config.avx2_emulation_env`` puts this folder first on ``PYTHONPATH`` for the server's
+``helpers.serve.engine_env.avx2_emulation_env`` puts this folder first on ``PYTHONPATH`` for the server's
 processes only. Environment variables limit oneDNN, ATen and MKL to AVX2, but vLLM picks its own
 kernel library (``_C_AVX2`` or ``_C_AVX512``) and attention kernels by asking ``torch.cpu`` what
 the hardware has, which no variable changes: this answers those questions as an AVX2 CPU would,

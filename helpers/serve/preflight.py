@@ -1,0 +1,112 @@
+"""Checks made before a vLLM server is launched: the device, the dtype, free memory and a free port.
+
+Each one fails in a second, with what to do, where vLLM itself would fail a minute into its
+start-up with a stack trace. Used by :meth:`helpers.serve.server.VLLMServer.start`; they look at
+this machine (GPUs, CPU flags, free memory, sockets), so none is pure.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import replace
+
+import psutil
+
+from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError
+from helpers.hardware import Device, detect_cpu, detect_device, detect_gpus
+from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, ServerConfig, cpu_dtype, gpu_dtype
+from helpers.serve.model import ModelChoice
+
+FIRST_PORT = 8000  # vLLM's own default port; later servers take the next free one
+SERVER_RSS_GIB = 2.5  # measured resident memory of the CPU server before its KV cache
+
+
+def choose_device(config: ServerConfig) -> Device:
+    """The device to serve on: the GPU where one is visible, unless the config says otherwise."""
+    found = detect_device()
+    if config.device == "cuda" and found != "cuda":
+        raise NoGPUError(
+            "device='cuda' was asked for, but no NVIDIA GPU is visible (nvidia-smi found none). "
+            "Use device='auto' to run on the CPU build, or move to a GPU machine (e.g. Colab "
+            "with Runtime > Change runtime type > GPU)."
+        )
+    return "cpu" if config.device == "cpu" else found
+
+
+def check_device_options(config: ServerConfig, device: Device) -> None:
+    """Refuse options the device has no kernels for: FP8 on CPU."""
+    if device == "cpu" and config.quantization and config.quantization.startswith("fp8"):
+        # Measured: vLLM 0.32's CPU build starts loading, then dies in a kernel it lacks.
+        raise NoGPUError(
+            f"quantization={config.quantization!r} needs an NVIDIA GPU: vLLM's CPU build has "
+            "no FP8 kernels. Drop the option on CPU, or run on a GPU."
+        )
+
+
+def check_model_device(choice: ModelChoice, device: Device) -> None:
+    """Refuse the 8B dummy model on CPU: it is sized for GPU throughput labs."""
+    if choice.source == "dummy" and device == "cpu":
+        raise NoGPUError(
+            f"{choice.served_name} is an 8-billion-parameter architecture with random weights, "
+            "meant for GPU throughput labs: it needs about 14 GiB for its weights and a GPU to "
+            "run at a useful speed. On this CPU, use the embedded model (unset VLLM_COURSE_MODEL)."
+        )
+
+
+def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConfig, str | None]:
+    """The config with the dtype this device computes well filled in, and a sentence saying why
+    (None when vLLM's own choice stands)."""
+    if device == "cpu":
+        dtype, why = cpu_dtype(detect_cpu(), config.dtype)
+        return replace(config, dtype=dtype), why
+    if config.dtype is None and (dtype := gpu_dtype(detect_gpus())):
+        why = f"this GPU has no bf16 (compute capability below 8.0): serving in float16 (--dtype {dtype})"
+        return replace(config, dtype=dtype), why
+    return config, None
+
+
+def check_memory(config: ServerConfig, device: Device) -> None:
+    """Refuse a CPU KV cache that, with the server itself, does not fit in the free memory."""
+    if device != "cpu":
+        return  # vLLM measures GPU memory itself and says so clearly
+    kv_gib = config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB
+    wanted = kv_gib + SERVER_RSS_GIB
+    available = psutil.virtual_memory().available / 2**30
+    if wanted > available:
+        raise NotEnoughMemoryError(
+            f"A {kv_gib:g} GiB KV cache plus about "
+            f"{SERVER_RSS_GIB:g} GiB for the server needs {wanted:.1f} GiB, but only "
+            f"{available:.1f} GiB of memory is free. Lower kv_cache_space_gib, or stop other "
+            "servers (helpers.serve.server.running_servers() lists this kernel's)."
+        )
+
+
+def choose_port(config: ServerConfig) -> int:
+    """The config's port if it is free, else (port=None) the first free one from :data:`FIRST_PORT`."""
+    if config.port is not None:
+        if not port_free(config.host, config.port, strict=False):
+            raise PortInUseError(
+                f"Port {config.port} on {config.host} is already in use (often a server from an "
+                "earlier kernel or another notebook). Stop that process, choose another port, "
+                "or pass port=None to take the first free one."
+            )
+        return config.port
+    for port in range(FIRST_PORT, FIRST_PORT + 100):
+        if port_free(config.host, port, strict=True):
+            return port
+    raise PortInUseError(f"Ports {FIRST_PORT}-{FIRST_PORT + 99} are all in use on {config.host}.")
+
+
+def port_free(host: str, port: int, *, strict: bool) -> bool:
+    """Whether vLLM could bind the port. ``strict`` also avoids ports that are only bound:
+    a starting vLLM binds its port about a minute before it listens, and only a probe without
+    SO_REUSEADDR sees that (it also skips ports still in TIME_WAIT, which is fine when choosing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        if not strict:
+            # vLLM sets SO_REUSEADDR too, so a port left in TIME_WAIT is free for it.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
