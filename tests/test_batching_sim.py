@@ -1,30 +1,27 @@
 """Static vs continuous batching simulator: hand-checked traces and properties over random ones."""
 
-import doctest
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.batching import sim as batching_sim
-from helpers.batching.sim import simulate, simulate_continuous, simulate_static
-from helpers.batching.trace import Request, lab_trace, mixed_length_trace
+from helpers.batching.sim import simulate_batching, simulate_continuous, simulate_static
 from helpers.batching.step_time import StepTimeModel
+from helpers.batching.trace import BatchRequest, lab_trace, mixed_length_trace
 
 # Every step takes exactly one second: times and throughputs become step counts.
 ONE_SECOND_STEPS = StepTimeModel(overhead_s=1.0, prefill_token_s=0.0, decode_seq_s=0.0)
 
 
-def tiny_trace() -> list[Request]:
+def tiny_trace() -> list[BatchRequest]:
     """a: 1 output token, b: 3, c: 2; all with 4-token prompts, all at t=0."""
-    return [Request("a", 0.0, 4, 1), Request("b", 0.0, 4, 3), Request("c", 0.0, 4, 2)]
+    return [BatchRequest("a", 0.0, 4, 1), BatchRequest("b", 0.0, 4, 3), BatchRequest("c", 0.0, 4, 2)]
 
 
 @st.composite
 def traces(draw):
     n = draw(st.integers(1, 10))
     reqs = [
-        Request(
+        BatchRequest(
             f"r{i:02d}",
             draw(st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0, 2.5])),
             draw(st.integers(1, 700)),
@@ -51,7 +48,7 @@ unchunked_models = step_time_models([8192])
 
 
 def test_equal_outputs_arriving_together_give_equal_throughput_for_static_and_continuous():
-    trace = [Request(f"r{i}", 0.0, 16, 8) for i in range(8)]
+    trace = [BatchRequest(f"r{i}", 0.0, 16, 8) for i in range(8)]
     static = simulate_static(trace, 4)
     continuous = simulate_continuous(trace, 4)
     assert len(static.steps) == len(continuous.steps) == 16  # two waves of 1 prefill + 7 decodes
@@ -74,7 +71,7 @@ def test_continuous_fills_a_freed_slot_at_the_next_step():
 
 
 def test_static_batch_finishes_only_when_its_longest_member_does():
-    trace = [Request("short", 0.0, 4, 2), Request("long", 0.0, 4, 10), Request("next", 0.0, 4, 2)]
+    trace = [BatchRequest("short", 0.0, 4, 2), BatchRequest("long", 0.0, 4, 10), BatchRequest("next", 0.0, 4, 2)]
     r = {x.request_id: x for x in simulate_static(trace, 2, ONE_SECOND_STEPS).requests}
     assert r["short"].finish_s == 2.0
     assert r["next"].admitted_s == r["long"].finish_s == 10.0  # waited for the whole batch
@@ -110,7 +107,7 @@ def test_with_chunked_prefill_decodes_can_delay_a_long_prompt_by_one_step():
     # The one exception hypothesis found: a 256-token budget. Continuous batching lets b
     # decode during c's prefill, which takes a token of c's budget per step; c's prompt
     # then needs a fourth step. Static batching prefills everything first: 5 steps, not 6.
-    trace = [Request("a", 0.0, 1, 1), Request("b", 0.0, 66, 3), Request("c", 0.0, 700, 3)]
+    trace = [BatchRequest("a", 0.0, 1, 1), BatchRequest("b", 0.0, 66, 3), BatchRequest("c", 0.0, 700, 3)]
     model = StepTimeModel(overhead_s=1.0, prefill_token_s=0.0, decode_seq_s=0.0, max_num_batched_tokens=256)
     assert len(simulate_static(trace, 3, model).steps) == 5
     assert len(simulate_continuous(trace, 3, model).steps) == 6
@@ -122,15 +119,12 @@ def test_every_output_token_is_produced_once_and_running_never_exceeds_max_num_s
     trace, max_num_seqs, model, blocks
 ):
     for policy in ("static", "continuous"):
-        r = simulate(trace, policy, max_num_seqs, model, num_kv_blocks=blocks)
+        r = simulate_batching(trace, policy, max_num_seqs, model, num_kv_blocks=blocks)
         assert sum(s.num_tokens_produced for s in r.steps) == sum(x.output_len for x in trace)
         assert all(len(s.slots) - s.num_idle_slots <= max_num_seqs for s in r.steps)
         running = [[x for x in s.slots if x is not None] for s in r.steps]
         assert all(len(ids) == len(set(ids)) for ids in running)  # one slot per request
 
-
-def test_docstring_examples_run():
-    assert doctest.testmod(batching_sim).failed == 0
 
 
 def test_small_kv_pool_makes_requests_wait_for_memory():
@@ -147,7 +141,7 @@ def test_small_kv_pool_makes_requests_wait_for_memory():
 def test_tiny_kv_pool_preempts_the_newest_request_and_it_still_finishes():
     # Two 16-token prompts (one block each) in a pool of three blocks: a's 17th token takes
     # the last free block, so b, the newest, is preempted when it needs one too.
-    trace = [Request("a", 0.0, 16, 20), Request("b", 0.0, 16, 20)]
+    trace = [BatchRequest("a", 0.0, 16, 20), BatchRequest("b", 0.0, 16, 20)]
     r = simulate_continuous(trace, 2, ONE_SECOND_STEPS, num_kv_blocks=3, block_size=16)
     rec = {x.request_id: x for x in r.requests}
     assert rec["a"].num_preemptions == 0 and rec["b"].num_preemptions >= 1
@@ -159,9 +153,19 @@ def test_tiny_kv_pool_preempts_the_newest_request_and_it_still_finishes():
 
 def test_a_request_larger_than_the_whole_pool_is_refused():
     with pytest.raises(ValueError, match="KV blocks"):
-        simulate_continuous([Request("big", 0.0, 100, 10)], 1, num_kv_blocks=2, block_size=16)
+        simulate_continuous([BatchRequest("big", 0.0, 100, 10)], 1, num_kv_blocks=2, block_size=16)
 
 
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="policy"):
-        simulate(tiny_trace(), "dynamic", 2)
+        simulate_batching(tiny_trace(), "dynamic", 2)
+
+
+@pytest.mark.parametrize("trace, max_num_seqs, match", [
+    ([], 2, "the trace is empty"),
+    ([BatchRequest("a", 0.0, 4, 1)], 0, "max_num_seqs must be a positive integer"),
+])
+def test_bad_inputs_are_refused_with_a_value_error_that_says_what_to_pass(trace, max_num_seqs, match):
+    for simulate in (simulate_static, simulate_continuous):
+        with pytest.raises(ValueError, match=match):
+            simulate(trace, max_num_seqs)

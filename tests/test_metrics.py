@@ -154,7 +154,7 @@ def test_poller_stops_at_its_time_limit_without_a_stop_signal(fake_server):
 def test_the_real_engine_pins_running_at_max_num_seqs_and_queues_the_rest():
     from helpers.batching.trace import lab_trace
     from helpers.serve.server import start_server
-    from helpers.batching.step_fit import send_trace
+    from helpers.batching.measure import send_trace
 
     with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True) as server:
         burst = lab_trace(num_requests=6, prompt_lens=(16, 64), output_len=16)

@@ -9,8 +9,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from helpers.drawing import figure_png
 from helpers.paged.draw import default_row_slots, draw_kv_frame  # noqa: E402
-from helpers.paged.figures import figure_png, plot_memory_over_time, side_by_side, small_multiples  # noqa: E402
+from helpers.paged.figures import plot_memory_over_time, side_by_side, small_multiples  # noqa: E402
 from helpers.paged.player import animate_allocator  # noqa: E402
 from helpers.paged.sim import compare_allocators  # noqa: E402
 from helpers.paged.sim_summary import summarize_kv_run  # noqa: E402

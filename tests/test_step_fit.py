@@ -1,140 +1,107 @@
-"""Measuring the server for the step-time model: request records, rates, the saved prediction.
+"""Measuring the server for the step-time model: trace replays, rates, tables, the saved prediction.
 
-Most tests use a fake OpenAI client that streams tokens on a known schedule; the last one
-measures the real server (marked `server`).
+Most tests replace the load tester (`helpers.load.run.run_load_test`, which `helpers.batching.measure`
+sends every request through) with a fake that answers on a known schedule; the last ones
+measure the real server (marked `server`).
 """
 
 import asyncio
-import doctest
 import json
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
-from helpers.batching import step_fit as step_fit
-from helpers.batching.trace import Request
-from helpers.batching.step_fit import (
-    TimedRequest,
+from helpers.batching import measure
+from helpers.batching.measure import measure_step_times, send_trace
+from helpers.batching.measure_plots import plot_request_timeline
+from helpers.batching.measure_stats import (
+    burst_seconds,
     decode_tok_s,
     finish_moments,
-    load_prediction,
-    measure_step_times,
-    server_mean_seconds,
+    median_ttft_s,
     model_table,
-    plot_request_timeline,
-    prediction_record,
-    random_prompt,
-    save_prediction,
-    send_one,
-    send_trace,
+    server_mean_seconds,
 )
-from helpers.batching.step_time import StepTimeModel, predict_throughput
+from helpers.batching.predict import predict_throughput
+from helpers.batching.prediction import load_prediction, prediction_record, save_prediction
+from helpers.batching.step_time import StepTimeModel
+from helpers.batching.trace import BatchRequest
+from helpers.load.client import RequestRecord
 
 
-class FakeCompletions:
-    """Streams max_tokens chunks, `step_s` apart, then a usage chunk; or raises."""
+class FakeLoadTester:
+    """Stands in for run_load_test: each request gets its first token `step_s` after it is sent
+    (at its arrival_s) and one more every `step_s`; or it fails with `fail`."""
 
-    def __init__(self, step_s=0.01, fail=None, short_by=0):
-        self.step_s, self.fail, self.short_by = step_s, fail, short_by
-        self.calls = []
+    def __init__(self, step_s=0.01, fail=None):
+        self.step_s, self.fail = step_s, fail
+        self.specs = []  # every RequestSpec sent, in order
 
-    async def create(self, **kwargs):
-        self.calls.append(kwargs)
-        if self.fail:
-            raise self.fail
-        n = kwargs["max_tokens"] - self.short_by
-
-        async def stream():
-            for _ in range(n):
-                await asyncio.sleep(self.step_s)
-                yield SimpleNamespace(choices=[SimpleNamespace(text="x")], usage=None)
-            yield SimpleNamespace(choices=[], usage=SimpleNamespace(completion_tokens=n))
-
-        return stream()
-
-
-class FakeServer:
-    model_name = "fake"
-
-    def __init__(self, completions, max_num_seqs=8):
-        self.completions = completions
-        self.config = SimpleNamespace(max_num_seqs=max_num_seqs)
-
-    def async_client(self, **kwargs):
-        completions = self.completions
-
-        class Client:
-            def __init__(self):
-                self.completions = completions
-
-            async def close(self):
-                pass
-
-        return Client()
+    async def __call__(self, target, workload, **options):
+        records = []
+        for spec in workload.requests:
+            self.specs.append(spec)
+            if self.fail:
+                records.append(RequestRecord(spec.index, error=self.fail, prompt_len=spec.prompt_tokens,
+                                             send_s=spec.arrival_s))
+            else:
+                records.append(RequestRecord(spec.index, ok=True, prompt_len=spec.prompt_tokens,
+                                             output_tokens=spec.max_tokens, send_s=spec.arrival_s,
+                                             ttft_s=self.step_s, e2e_s=self.step_s * spec.max_tokens))
+        return SimpleNamespace(records=records)
 
 
-def test_docstring_examples_run():
-    assert doctest.testmod(step_fit).failed == 0
+@pytest.fixture
+def fake_load(monkeypatch):
+    def install(**options):
+        fake = FakeLoadTester(**options)
+        monkeypatch.setattr(measure, "run_load_test", fake)
+        return fake
+    return install
 
 
-def test_random_prompts_have_the_exact_length_and_avoid_special_tokens():
-    ids = random_prompt(300, np.random.default_rng(0))
-    assert len(ids) == 300 and min(ids) >= 1000
-    assert random_prompt(5, np.random.default_rng(1)) != random_prompt(5, np.random.default_rng(2))
+def server(max_num_seqs=8):
+    return SimpleNamespace(model_name="fake", config=SimpleNamespace(max_num_seqs=max_num_seqs))
 
 
-def test_a_streamed_request_records_first_and_last_token_and_asks_to_ignore_eos():
-    fake = FakeCompletions(step_s=0.01)
-    r = asyncio.run(send_one(SimpleNamespace(completions=fake), "m", [1000] * 16, 5, "a", 0.0))
-    assert r.ok and r.error is None and r.num_output_tokens == r.num_chunks == 5
-    assert r.sent_s < r.first_token_s < r.last_token_s
-    assert fake.calls[0]["extra_body"] == {"ignore_eos": True} and fake.calls[0]["temperature"] == 0.0
-    assert fake.calls[0]["prompt"] == [1000] * 16
-
-
-def test_a_failing_request_returns_a_record_instead_of_raising():
-    fake = FakeCompletions(fail=ConnectionError("refused"))
-    r = asyncio.run(send_one(SimpleNamespace(completions=fake), "m", [1000], 5, "a", 0.0))
-    assert not r.ok and r.error == "ConnectionError: refused" and r.ttft_s is None
-
-
-def test_a_request_that_stops_early_is_not_ok():
-    fake = FakeCompletions(short_by=2)
-    r = asyncio.run(send_one(SimpleNamespace(completions=fake), "m", [1000], 5, "a", 0.0))
-    assert not r.ok and "asked for 5 tokens, got 3" in r.error
+def record(index, send_s, first, last, tokens, ok=True, error=None):
+    """A RequestRecord with its times given since the run began (None: never reached)."""
+    return RequestRecord(index, ok=ok, error=error, output_tokens=tokens, send_s=send_s,
+                         ttft_s=None if first is None else first - send_s,
+                         e2e_s=None if last is None else last - send_s)
 
 
 def test_decode_rate_is_batch_size_times_the_median_requests_steps_per_second():
-    fast = TimedRequest("a", 16, 11, 0.0, 0.0, 1.0, 11, 11, True)  # 10 steps/s
-    slow = TimedRequest("b", 16, 11, 0.0, 0.0, 2.0, 11, 11, True)  # 5 steps/s
+    fast = record(0, 0.0, 0.0, 1.0, 11)  # 10 steps/s
+    slow = record(1, 0.0, 0.0, 2.0, 11)  # 5 steps/s
     assert decode_tok_s([fast, fast, slow]) == pytest.approx(30.0)
 
 
 def test_decode_rate_refuses_a_batch_with_a_failed_request():
-    failed = TimedRequest("a", 16, 11, 0.0, None, None, 0, 0, False, "boom")
+    failed = record(0, 0.0, None, None, 0, ok=False, error="boom")
     with pytest.raises(RuntimeError, match="boom"):
         decode_tok_s([failed])
 
 
-def test_send_trace_sends_each_request_at_its_arrival_time_with_its_lengths():
-    fake = FakeCompletions(step_s=0.001)
-    trace = [Request("r0", 0.0, 16, 3), Request("r1", 0.2, 64, 2)]
-    records = asyncio.run(send_trace(FakeServer(fake), trace))
-    assert [r.request_id for r in records] == ["r0", "r1"]
-    assert [(r.prompt_len, r.max_tokens) for r in records] == [(16, 3), (64, 2)]
-    assert records[1].sent_s - records[0].sent_s == pytest.approx(0.2, abs=0.05)
+def test_send_trace_sends_each_request_at_its_arrival_time_with_its_lengths(fake_load):
+    fake = fake_load(step_s=0.001)
+    trace = [BatchRequest("r0", 0.0, 16, 3), BatchRequest("r1", 0.2, 64, 2)]
+    records = asyncio.run(send_trace(server(), trace))
+    assert [r.index for r in records] == [0, 1]
+    assert [(s.prompt_tokens, len(s.prompt), s.max_tokens, s.arrival_s) for s in fake.specs] == [
+        (16, 16, 3, 0.0), (64, 64, 2, 0.2)]
+    assert all(s.is_tokens and min(s.prompt) >= 1000 for s in fake.specs)  # random ids, clear of special tokens
 
 
-def test_measure_step_times_gives_one_measurement_per_batch_size_and_a_prefill():
-    fake = FakeCompletions(step_s=0.002)
-    data = asyncio.run(measure_step_times(FakeServer(fake), batch_sizes=(1, 2), output_len=6, prefill_len=64,
-                                          repeats=2))
+def test_measure_step_times_gives_one_measurement_per_batch_size_and_a_prefill(fake_load):
+    fake = fake_load(step_s=0.002)
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=64, repeats=2))
     assert [m.label for m in data.measurements] == ["decode x1", "decode x2", "prefill 64 tokens"]
     assert data.measurements[2].num_prefill_tokens == 64
+    assert data.measurements[1].seconds == pytest.approx(0.002)  # one step: 2 tokens at 1000 tok/s
     assert len(data.records["decode x2"]) == 4  # 2 requests x 2 repeats
-    sizes = sorted(call["max_tokens"] for call in fake.calls)
-    assert sizes.count(6) == 6 and sizes.count(1) == 2  # plus one warm-up of 4 tokens
+    sizes = sorted(spec.max_tokens for spec in fake.specs)
+    assert sizes.count(6) == 6 and sizes.count(1) == 2 and sizes.count(4) == 1  # plus one warm-up of 4 tokens
     assert "decode x2" in data.table()
     assert data.clock == "client"  # a server without /metrics: timed on the client
 
@@ -147,49 +114,54 @@ def test_server_timing_is_used_only_when_exactly_the_measured_requests_were_obse
     assert server_mean_seconds(None, after, "time_to_first_token_seconds", 1) is None  # no /metrics
 
 
-def test_measure_step_times_refuses_batches_larger_than_the_servers_cap():
+def test_measure_step_times_refuses_batches_larger_than_the_servers_cap(fake_load):
+    fake = fake_load()
     with pytest.raises(ValueError, match="exceeds the server's max_num_seqs=4"):
-        asyncio.run(measure_step_times(FakeServer(FakeCompletions(), max_num_seqs=4), batch_sizes=(1, 8)))
+        asyncio.run(measure_step_times(server(max_num_seqs=4), batch_sizes=(1, 8)))
+    assert fake.specs == []  # refused before anything was sent
 
 
 def test_finish_moments_merge_finishes_within_50_ms():
-    rs = [TimedRequest(i, 1, 1, 0.0, t, t, 1, 1, True) for i, t in (("a", 1.0), ("b", 1.04), ("c", 1.2), ("d", 3.0))]
+    rs = [record(i, 0.0, t, t, 1) for i, t in enumerate((1.0, 1.04, 1.2, 3.0))]
     assert finish_moments(rs) == [1.0, 1.2, 3.0]
 
 
 def test_timeline_plot_has_one_lane_per_request_and_counts_finishes_in_its_title():
-    rs = [TimedRequest("a", 16, 3, 0.0, 0.5, 1.0, 3, 3, True), TimedRequest("b", 16, 5, 0.0, 0.5, 2.0, 5, 5, True)]
+    rs = [record(0, 0.0, 0.5, 1.0, 3), record(1, 0.0, 0.5, 2.0, 5)]
     ax = plot_request_timeline(rs).axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1"]
     assert ax.get_title().startswith("2 requests finished at 2 distinct moments")
+    trace = [BatchRequest("a", 0.0, 16, 3), BatchRequest("b", 0.0, 16, 5)]
+    labels = plot_request_timeline(rs, trace=trace).axes[0].get_yticklabels()
+    assert [t.get_text() for t in labels] == ["a", "b"]  # the trace's request ids
 
 
 # ----- a burst with failed requests (notebook 04's live burst cell) -----------------------------------
-BURST = [TimedRequest("r0", 16, 3, 0.0, 0.5, 2.0, 3, 3, True),
-         TimedRequest("r1", 16, 3, 0.1, 1.5, 3.5, 3, 3, True),
-         TimedRequest("r2", 16, 3, 0.2, None, None, 0, 0, False, "APIConnectionError: Connection error."),
-         TimedRequest("r3", 16, 5, 0.3, 1.0, 2.5, 3, 3, False, "asked for 5 tokens, got 3")]
+BURST = [record(0, 0.0, 0.5, 2.0, 3),
+         record(1, 0.1, 1.5, 3.5, 3),
+         record(2, 0.2, None, None, None, ok=False, error="APIConnectionError: Connection error."),
+         record(3, 0.3, 1.0, 2.5, 3, ok=False, error="asked for 5 tokens, got 3")]
 
 
 def test_the_burst_duration_skips_requests_that_never_got_a_token():
     # notebook 04 computed max(r.last_token_s for r in records) inline: TypeError with one failed request
-    assert step_fit.burst_seconds(BURST) == pytest.approx(3.5)  # first send 0.0 -> last token 3.5
-    assert step_fit.burst_seconds(BURST[2:3]) is None  # nothing arrived: no duration, not a crash
-    assert step_fit.burst_seconds([]) is None
+    assert burst_seconds(BURST) == pytest.approx(3.5)  # first send 0.0 -> last token 3.5
+    assert burst_seconds(BURST[2:3]) is None  # nothing arrived: no duration, not a crash
+    assert burst_seconds([]) is None
 
 
 def test_the_measured_median_ttft_leaves_out_requests_without_a_first_token():
     # notebook 04's sorted(r.ttft_s for r in records) raised TypeError on a None
-    assert step_fit.median_ttft_s(BURST) == pytest.approx(0.7)  # ttfts 0.5, 0.7, 1.4: the middle one
-    assert step_fit.median_ttft_s(BURST[2:3]) is None
+    assert median_ttft_s(BURST) == pytest.approx(0.7)  # ttfts 0.5, 0.7, 1.4: the middle one
+    assert median_ttft_s(BURST[2:3]) is None
 
 
-def test_send_trace_reports_failed_requests_in_words(capsys):
-    fake = FakeCompletions(fail=ConnectionError("refused"))
-    records = asyncio.run(send_trace(FakeServer(fake), [Request("r0", 0.0, 16, 3), Request("r1", 0.0, 16, 3)]))
+def test_send_trace_reports_failed_requests_in_words(fake_load, capsys):
+    fake_load(fail="ConnectionError: refused")
+    records = asyncio.run(send_trace(server(), [BatchRequest("r0", 0.0, 16, 3), BatchRequest("r1", 0.0, 16, 3)]))
     assert [r.ok for r in records] == [False, False]
     assert "2 of 2 requests failed: ConnectionError: refused (2)." in capsys.readouterr().out
-    asyncio.run(send_trace(FakeServer(fake), [Request("r0", 0.0, 16, 3)], quiet=True))
+    asyncio.run(send_trace(server(), [BatchRequest("r0", 0.0, 16, 3)], quiet=True))
     assert capsys.readouterr().out == ""
 
 
@@ -201,8 +173,8 @@ def test_the_timeline_title_counts_failed_requests_and_says_why():
 
 
 def test_a_failed_decode_measurement_says_how_many_failed_and_what_to_do():
-    failed = TimedRequest("a", 16, 11, 0.0, None, None, 0, 0, False, "boom")
-    ok = TimedRequest("b", 16, 11, 0.0, 0.0, 1.0, 11, 11, True)
+    failed = record(0, 0.0, None, None, 0, ok=False, error="boom")
+    ok = record(1, 0.0, 0.0, 1.0, 11)
     with pytest.raises(RuntimeError, match=r"1 of 2 requests failed: boom \(1\)\. Run the cell again"):
         decode_tok_s([ok, failed])
 

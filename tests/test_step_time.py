@@ -1,20 +1,12 @@
 """The step-time model, its fit to measurements, and the throughput it predicts."""
 
-import doctest
-
 import numpy as np
 import pytest
 
-from helpers.batching import step_time as step_time
+from helpers.batching.predict import lab_measurements, predict_throughput, run_measurement
 from helpers.batching.sim import simulate_continuous
+from helpers.batching.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
 from helpers.batching.trace import lab_trace, mixed_length_trace
-from helpers.batching.step_time import (
-    StepMeasurement,
-    StepTimeModel,
-    fit_step_time_model,
-    lab_measurements,
-    predict_throughput,
-)
 
 KNOWN = StepTimeModel(overhead_s=0.02, prefill_token_s=0.0005, decode_seq_s=0.004)
 
@@ -55,13 +47,13 @@ def test_fit_recovers_known_parameters_from_simulated_load_test_runs():
         simulate_continuous(lab_trace(output_len=128), 8, KNOWN),
         simulate_continuous(lab_trace(prompt_lens=(1024, 2000), output_len=4), 8, KNOWN),
     ]
-    ms = [StepMeasurement.run(r, r.summary.makespan_s) for r in runs]
+    ms = [run_measurement(r, r.summary.makespan_s) for r in runs]
     assert close(fit_step_time_model(ms), KNOWN)
 
 
 def test_one_trace_at_several_batch_sizes_cannot_separate_prefill_from_decode_cost():
     runs = [simulate_continuous(lab_trace(), n, KNOWN) for n in (4, 8, 64)]
-    ms = [StepMeasurement.run(r, r.summary.makespan_s) for r in runs]
+    ms = [run_measurement(r, r.summary.makespan_s) for r in runs]
     with pytest.raises(ValueError, match="cannot separate"):
         fit_step_time_model(ms)
 
@@ -113,5 +105,7 @@ def test_predicted_throughput_never_falls_as_max_num_seqs_grows_on_mixed_traffic
     assert tput == sorted(tput)
 
 
-def test_docstring_examples_run():
-    assert doctest.testmod(step_time).failed == 0
+
+def test_a_negative_step_cost_is_refused_with_a_value_error():
+    with pytest.raises(ValueError, match="decode_seq_s must be"):
+        StepTimeModel(decode_seq_s=-0.001)

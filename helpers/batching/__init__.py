@@ -1,1 +1,16 @@
-"""TODO layout docstring."""
+"""Continuous batching (notebook 04, ``notebooks/04_continuous_batching.ipynb``): simulate, measure, predict.
+
+Pure core:
+- ``trace``: request traces (who arrives when, with how many tokens), ``BatchRequest``.
+- ``step_time``: the clock, ``StepTimeModel`` (seconds per engine step), and its fit to measurements.
+- ``sim_records``: what a simulation records (``SimResult``) and ``summarize_batching``.
+- ``sim_state``: one request's mutable state inside a simulation.
+- ``sim``: the static and continuous schedulers, step by step.
+- ``predict``: predictions made by simulating with the clock (throughput, load tests as measurements).
+- ``measure_stats``: numbers and tables from the records of live requests.
+
+I/O: ``measure`` (step-time measurements and trace replays against a running server, through
+``helpers.load``); ``prediction`` (the prediction file the lab reads).
+Drawing: ``view`` (batch slots over time, the animated player) and ``measure_plots``.
+Notebook glue: ``exercises`` (the notebook's checks).
+"""

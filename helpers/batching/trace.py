@@ -1,6 +1,6 @@
 """Request traces for the batching simulator: who arrives when, with how many tokens.
 
-A trace is a plain list of `Request` records sorted by arrival time. Every generator is
+A trace is a plain list of `BatchRequest` records sorted by arrival time. Every generator is
 seeded, so the same call gives the same trace in every kernel and in CI.
 
 Taught in the continuous-batching notebook; simulated by `helpers.batching.sim`.
@@ -17,18 +17,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The lab's prompt lengths (tokens), cycled over its 50 requests.
-LAB_PROMPT_LENS = (16, 64, 256, 512)
+from helpers import validate
+from helpers.load.workload import (
+    LAB_PROMPT_LENS,  # the lab's prompt lengths (tokens), cycled over its requests
+)
 
-TRACE_KINDS = ("steady", "bursty", "mixed", "lab")
+BATCHING_TRACE_KINDS = ("steady", "bursty", "mixed", "lab")
 
 
 @dataclass(frozen=True)
-class Request:
-    """One request of a trace.
+class BatchRequest:
+    """One request of a trace. Lengths are positive integers; ``arrival_s`` is 0 or more.
 
-    >>> Request("r00", arrival_s=0.5, prompt_len=16, output_len=64)
-    Request(request_id='r00', arrival_s=0.5, prompt_len=16, output_len=64)
+    >>> BatchRequest("r00", arrival_s=0.5, prompt_len=16, output_len=64)
+    BatchRequest(request_id='r00', arrival_s=0.5, prompt_len=16, output_len=64)
     """
 
     request_id: str
@@ -37,8 +39,9 @@ class Request:
     output_len: int  # tokens generated before the request finishes
 
     def __post_init__(self) -> None:
-        assert self.arrival_s >= 0, self
-        assert self.prompt_len >= 1 and self.output_len >= 1, self
+        validate.non_negative_number(self.arrival_s, "arrival_s", unit="seconds")
+        validate.positive_int(self.prompt_len, "prompt_len", hint="It is the prompt's length in tokens.")
+        validate.positive_int(self.output_len, "output_len", hint="It is how many tokens the request generates.")
 
 
 def _ids(n: int) -> list[str]:
@@ -52,15 +55,23 @@ def _output_lens(rng: np.random.Generator, n: int, mean: int, spread: float) -> 
 
     spread=0 gives equal lengths: the case where static batching wastes nothing.
     """
-    assert 0.0 <= spread <= 1.0, spread
+    if not 0.0 <= spread <= 1.0:
+        raise validate.InvalidArgumentError(f"the output length spread must be between 0 and 1, got {spread!r}.")
     lo = max(1, round(mean * (1 - spread)))
     hi = max(lo, round(mean * (1 + spread)))
     return rng.integers(lo, hi + 1, size=n)
 
 
-def _build(arrivals: Sequence[float], prompts: Sequence[int], outputs: Sequence[int]) -> list[Request]:
+def _poisson_arrivals(rng: np.random.Generator, n: int, rate_per_s: float) -> np.ndarray:
+    """Arrival times of a Poisson process at `rate_per_s`: exponential gaps, the first at t=0."""
+    validate.positive_number(rate_per_s, "rate_per_s", hint="It is the mean number of arrivals per second.")
+    gaps = rng.exponential(1.0 / rate_per_s, size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[1:])])
+
+
+def _build(arrivals: Sequence[float], prompts: Sequence[int], outputs: Sequence[int]) -> list[BatchRequest]:
     ids = _ids(len(arrivals))
-    reqs = [Request(i, float(a), int(p), int(o)) for i, a, p, o in zip(ids, arrivals, prompts, outputs)]
+    reqs = [BatchRequest(i, float(a), int(p), int(o)) for i, a, p, o in zip(ids, arrivals, prompts, outputs)]
     return sorted(reqs, key=lambda r: (r.arrival_s, r.request_id))
 
 
@@ -71,7 +82,7 @@ def steady_trace(
     mean_output_len: int = 64,
     output_spread: float = 0.5,
     seed: int = 0,
-) -> list[Request]:
+) -> list[BatchRequest]:
     """Steady traffic: Poisson arrivals at `rate_per_s`, prompts drawn from `prompt_lens`.
 
     Gaps between arrivals are exponential with mean 1/rate_per_s seconds; the first request
@@ -82,8 +93,7 @@ def steady_trace(
     0.0
     """
     rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate_per_s, size=num_requests)
-    arrivals = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    arrivals = _poisson_arrivals(rng, num_requests, rate_per_s)
     prompts = rng.choice(np.asarray(prompt_lens), size=num_requests)
     return _build(arrivals, prompts, _output_lens(rng, num_requests, mean_output_len, output_spread))
 
@@ -96,7 +106,7 @@ def bursty_trace(
     mean_output_len: int = 64,
     output_spread: float = 0.5,
     seed: int = 0,
-) -> list[Request]:
+) -> list[BatchRequest]:
     """Bursty traffic: groups of `burst_size` requests arrive at the same instant.
 
     Burst k arrives at k * burst_interval_s seconds. `burst_size=None` sends everything at
@@ -120,7 +130,7 @@ def mixed_length_trace(
     prompt_lens: Sequence[int] = LAB_PROMPT_LENS,
     rate_per_s: float | None = None,
     seed: int = 0,
-) -> list[Request]:
+) -> list[BatchRequest]:
     """A few long answers among many short ones: where continuous batching gains most.
 
     Exactly round(num_requests * long_fraction) requests (at least one) get
@@ -138,8 +148,7 @@ def mixed_length_trace(
     if rate_per_s is None:
         arrivals = np.zeros(num_requests)
     else:
-        gaps = rng.exponential(1.0 / rate_per_s, size=num_requests)
-        arrivals = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+        arrivals = _poisson_arrivals(rng, num_requests, rate_per_s)
     prompts = rng.choice(np.asarray(prompt_lens), size=num_requests)
     return _build(arrivals, prompts, outputs)
 
@@ -148,7 +157,7 @@ def lab_trace(
     num_requests: int = 50,
     prompt_lens: Sequence[int] = LAB_PROMPT_LENS,
     output_len: int = 64,
-) -> list[Request]:
+) -> list[BatchRequest]:
     """The course lab's load: all requests at t=0, prompts cycling 16/64/256/512 tokens,
     a fixed 64 output tokens each (the lab sends `ignore_eos`). Not random, so no seed.
 
@@ -161,7 +170,7 @@ def lab_trace(
     return _build([0.0] * num_requests, prompts, [output_len] * num_requests)
 
 
-def make_trace(kind: str, num_requests: int = 32, spread: float = 0.5, seed: int = 0) -> list[Request]:
+def make_batching_trace(kind: str, num_requests: int = 32, spread: float = 0.5, seed: int = 0) -> list[BatchRequest]:
     """One trace by name, for widgets and short notebook cells.
 
     kind: "steady" (Poisson, 4 requests/s), "bursty" (bursts of 8 every 5 s), "mixed"
@@ -170,7 +179,7 @@ def make_trace(kind: str, num_requests: int = 32, spread: float = 0.5, seed: int
     uniform spread around 64 tokens; for mixed the long answers get 16 * (1 + 15 * spread)
     tokens, so spread=0 makes every answer 16 tokens and spread=1 makes long ones 256.
 
-    >>> len(make_trace("bursty", 10)), make_trace("mixed", 8, spread=0.0)[0].output_len
+    >>> len(make_batching_trace("bursty", 10)), make_batching_trace("mixed", 8, spread=0.0)[0].output_len
     (10, 16)
     """
     if kind == "steady":
@@ -182,4 +191,4 @@ def make_trace(kind: str, num_requests: int = 32, spread: float = 0.5, seed: int
         return mixed_length_trace(num_requests, long_output_len=long_len, seed=seed)
     if kind == "lab":
         return lab_trace(num_requests)
-    raise ValueError(f"unknown trace kind {kind!r}; choose one of {TRACE_KINDS}")
+    raise validate.InvalidArgumentError(f"unknown trace kind {kind!r}; choose one of {BATCHING_TRACE_KINDS}.")

@@ -1,15 +1,15 @@
 """Pictures of batching: batch slots over time, static next to continuous.
 
 Pure drawing functions take a `SimResult` (from `helpers.batching.sim`) and a matplotlib
-Axes or Figure; `animate` is a thin ipywidgets shell that maps a step index to the same
-drawing. `compare_figure` is the static fallback wherever widgets do not render.
+Axes or Figure; `animate_scheduler` is a thin ipywidgets shell that maps a step index to the
+same drawing (`draw_scheduler_frame`). `compare_figure` is the static fallback wherever
+widgets do not render.
 
 Taught in the continuous-batching notebook.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import ipywidgets as widgets
@@ -20,9 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from helpers.batching.sim import BatchingSummary, SimResult, StepRecord, simulate_continuous, simulate_static
-from helpers.batching.trace import TRACE_KINDS, make_trace
+from helpers.batching.sim import simulate_continuous, simulate_static
+from helpers.batching.sim_records import BatchingSummary, SimResult, StepRecord
 from helpers.batching.step_time import StepTimeModel
+from helpers.batching.trace import BATCHING_TRACE_KINDS, make_batching_trace
+from helpers.drawing import figure_png
 
 IDLE_COLOR = "0.85"  # light grey, hatched: a slot nobody uses during a step
 PREFILL_ALPHA = 0.6  # prefill segments: the request's colour, lighter and dotted
@@ -41,7 +43,7 @@ def running_counters(steps: Sequence[StepRecord], max_num_seqs: int) -> tuple[in
 
     Elapsed time runs from 0 (the trace's clock) to the end of the last step.
 
-    >>> from helpers.batching.sim import StepRecord
+    >>> from helpers.batching.sim_records import StepRecord
     >>> s = [StepRecord(0, 0.0, 2.0, ("a", None), frozenset(), 0, 1, 1, 0, None)]
     >>> running_counters(s, max_num_seqs=2)
     (1, 2.0, 0.5, 0.5)
@@ -127,7 +129,7 @@ def slot_legend_handles() -> list[Patch]:
 def finding(static: BatchingSummary, continuous: BatchingSummary) -> str:
     """The comparison in one sentence, computed from the numbers.
 
-    >>> from helpers.batching.sim import BatchingSummary
+    >>> from helpers.batching.sim_records import BatchingSummary
     >>> s = BatchingSummary(4, 100, 10, 0, 10.0, 10.0, 0.58, 5.0, 9.0, 1.0, 2.0)
     >>> c = BatchingSummary(4, 100, 6, 0, 6.0, 17.0, 0.93, 3.0, 5.5, 1.0, 1.5)
     >>> finding(s, c)
@@ -184,7 +186,7 @@ def compare_figure(static: SimResult, continuous: SimResult) -> Figure:
     return fig
 
 
-def draw_frame(fig: Figure, static: SimResult, continuous: SimResult, step: int) -> None:
+def draw_scheduler_frame(fig: Figure, static: SimResult, continuous: SimResult, step: int) -> None:
     """One animation frame: both policies' first `step` steps, on one time axis."""
     fig.clear()
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -196,14 +198,8 @@ def draw_frame(fig: Figure, static: SimResult, continuous: SimResult, step: int)
     fig.suptitle(f"engine step {step} of {max(len(static.steps), len(continuous.steps))}", fontsize=11)
 
 
-def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (what an `ipywidgets.Image` displays)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
 
-
-def animate(
+def animate_scheduler(
     kind: str = "mixed",
     num_requests: int = 24,
     max_num_seqs: int = 8,
@@ -219,7 +215,7 @@ def animate(
     end that renders widgets shows them (no ipympl). Where widgets do not render, show
     `compare_figure` instead. Leaves out memory limits (see `simulate_continuous`).
 
-    >>> box = animate(num_requests=8)  # in a notebook, the last line of a cell shows it
+    >>> box = animate_scheduler(num_requests=8)  # in a notebook, the last line of a cell shows it
     >>> type(box).__name__
     'VBox'
     """
@@ -230,7 +226,7 @@ def animate(
     back = widgets.Button(description="◀ step", layout=widgets.Layout(width="80px"))
     forward = widgets.Button(description="step ▶", layout=widgets.Layout(width="80px"))
     speed = widgets.IntSlider(value=150, min=20, max=1000, step=10, description="ms/step")
-    kind_box = widgets.Dropdown(options=TRACE_KINDS, value=kind, description="trace")
+    kind_box = widgets.Dropdown(options=BATCHING_TRACE_KINDS, value=kind, description="trace")
     wide = {"description_width": "initial"}  # show the whole label
     seqs_box = widgets.IntSlider(value=max_num_seqs, min=1, max=64, description="max_num_seqs", style=wide)
     spread_box = widgets.FloatSlider(value=spread, min=0.0, max=1.0, step=0.05, description="length spread",
@@ -242,11 +238,11 @@ def animate(
     state: dict[str, SimResult] = {}
 
     def redraw(_change: object = None) -> None:
-        draw_frame(fig, state["static"], state["continuous"], slider.value)
-        image.value = png_bytes(fig)
+        draw_scheduler_frame(fig, state["static"], state["continuous"], slider.value)
+        image.value = figure_png(fig)
 
     def rerun(_change: object = None) -> None:
-        trace = make_trace(kind_box.value, num_requests, spread_box.value, seed)
+        trace = make_batching_trace(kind_box.value, num_requests, spread_box.value, seed)
         state["static"] = simulate_static(trace, seqs_box.value, model)
         state["continuous"] = simulate_continuous(trace, seqs_box.value, model)
         num_steps = max(len(r.steps) for r in state.values())

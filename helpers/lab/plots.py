@@ -23,12 +23,9 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.drawing import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
 from helpers.lab.table import ResultRow, random_weights_note
 from helpers.load.summary import RunSummary, describe_failures, percentile
-
-WAIT_COLOR = "#f4a259"  # send -> first token: waiting for a slot, then prefill
-GENERATE_COLOR = "#3d5a80"  # first token -> last token: decoding
-ERROR_COLOR = "#d62828"
 
 
 def _mark_random_weights(fig: plt.Figure, runs: Sequence[Any]) -> None:
@@ -40,10 +37,6 @@ def _mark_random_weights(fig: plt.Figure, runs: Sequence[Any]) -> None:
     fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color=ERROR_COLOR, wrap=True)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
 
-
-def setting_colors(settings: Sequence[Any]) -> dict[Any, Any]:
-    cmap = plt.get_cmap("viridis")
-    return {s: cmap(0.15 + 0.7 * i / max(1, len(settings) - 1)) for i, s in enumerate(settings)}
 
 
 def _failures_note(runs: Sequence[Any]) -> str | None:

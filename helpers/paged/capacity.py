@@ -29,7 +29,11 @@ from dataclasses import dataclass
 from itertools import cycle, islice
 
 from helpers.errors import InvalidArgumentError
-from helpers.load.workload import DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_TOKENS, LAB_PROMPT_LENS
+from helpers.load.workload import (
+    DEFAULT_NUM_REQUESTS,
+    DEFAULT_OUTPUT_TOKENS,
+    LAB_PROMPT_LENS,
+)
 from helpers.paged.kv_math import blocks_for
 from helpers.serve.log import KVCacheReport
 

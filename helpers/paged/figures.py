@@ -3,12 +3,11 @@
 Taught in the PagedAttention notebook, where they stand in for the animation
 (:mod:`helpers.paged.player`) in viewers that do not run widgets. Every figure is a pure
 function of the `KVFrame`s of :mod:`helpers.paged.sim`, drawn with
-:func:`helpers.paged.draw.draw_kv_frame`; :func:`figure_png` turns one into PNG bytes.
+:func:`helpers.paged.draw.draw_kv_frame`; :func:`helpers.drawing.figure_png` turns one into PNG bytes.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
@@ -133,8 +132,3 @@ def small_multiples(frames: Sequence[KVFrame], steps: Sequence[int] | None = Non
     return fig
 
 
-def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (what the animation's Image widget shows)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from helpers.drawing import figure_png
 from helpers.paged.draw import draw_kv_frame
-from helpers.paged.figures import at_step, figure_png, side_by_side
+from helpers.paged.figures import at_step, side_by_side
 from helpers.paged.sim import KVFrame, compare_allocators
 from helpers.paged.trace import KV_TRACE_KINDS, KVRequest, make_kv_trace
 

@@ -1,0 +1,175 @@
+"""Measure the real server to fit the simulator's step-time model, and replay traces against it.
+
+`helpers.batching.step_time.StepTimeModel` says how long one engine step takes:
+overhead + per-prompt-token cost + per-decoding-sequence cost. Small, bounded loads on a
+running server give it numbers (`measure_step_times`):
+
+- decode: `batch_size` requests sent together, each generating `output_len` tokens after a
+  256-token prompt; a request's steps per second (first to last token, so its prefill is
+  left out) times the batch size is the batch's output tok/s (`StepMeasurement.decode`).
+  Batch size 1 is the single-request speed.
+- prefill: one prompt of `prefill_len` tokens alone, one output token; its time to first
+  token is one prefill step (`StepMeasurement.prefill`).
+
+Both are read on the server's own clock where it publishes one: the growth of vLLM's
+histograms `vllm:request_decode_time_seconds` (first token to last, per request) and
+`vllm:time_to_first_token_seconds` across the measurement, from `/metrics`. The client's
+clock is the fallback. Why: when the client's process is starved of CPU for a moment (the
+server's threads hold every core), streamed tokens queue up and arrive in one clump, and
+a rate timed from the client can come out a hundred times too fast.
+
+`send_trace` replays a `helpers.batching.trace` trace against the server (request i is sent
+at its `arrival_s`), so the same trace can be simulated and measured.
+
+Every request goes through the course's one client (`helpers.load.run.run_load_test`): a
+prompt of random token ids (`helpers.load.workload.token_prompt`, exactly the length asked
+for, no chat template, no prefix-cache hit) and exactly `max_tokens` output tokens
+(`ignore_eos`). Records are `helpers.load.client.RequestRecord`s; they never raise. All
+traffic goes to the server it is given (127.0.0.1 in the course); counts are small and
+every request has the load tester's timeout (`helpers.load.client.DEFAULT_TIMEOUT_S`: a
+request queued behind others on a busy machine must not be cut short). The numbers made from the records: `helpers.batching.measure_stats`.
+
+Taught in `notebooks/04_continuous_batching.ipynb`.
+
+Example (in a notebook cell, against a running server)::
+
+    >>> data = await measure_step_times(server, batch_sizes=(1, 4, 8))   # doctest: +SKIP
+    >>> data.fit()                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from helpers import validate
+from helpers.batching.measure_stats import (
+    StepFitData,
+    decode_tok_s,
+    server_mean_seconds,
+)
+from helpers.batching.step_time import StepMeasurement
+from helpers.batching.trace import BatchRequest
+from helpers.load.client import RequestRecord, RequestSpec
+from helpers.load.poller import scrape
+from helpers.load.run import run_load_test
+from helpers.load.summary import describe_failures
+from helpers.load.workload import Workload, token_prompt
+
+
+async def _send(server: Any, specs: Sequence[RequestSpec], label: str, seed: int = 0) -> list[RequestRecord]:
+    """Send these requests through the one load tester (each at its arrival_s); their records, in order."""
+    workload = Workload(requests=tuple(specs), prompt_lens=tuple(sorted({s.prompt_tokens for s in specs})),
+                        output_tokens=max(s.max_tokens for s in specs), seed=seed, run_tag=label)
+    run = await run_load_test(server, workload, label=label, progress=False)  # the load tester's per-request timeout
+    return run.records
+
+
+def _specs(prompt_lens: Sequence[int], max_tokens: Sequence[int], rng: np.random.Generator,
+           arrivals: Sequence[float] | None = None) -> list[RequestSpec]:
+    """One token-id request per prompt length, asking for its max_tokens, sent at its arrival (default 0)."""
+    arrivals = arrivals if arrivals is not None else [0.0] * len(prompt_lens)
+    return [RequestSpec(index=i, prompt=token_prompt(p, rng), prompt_tokens=p, max_tokens=m, arrival_s=a)
+            for i, (p, m, a) in enumerate(zip(prompt_lens, max_tokens, arrivals))]
+
+
+async def send_trace(server: Any, trace: Sequence[BatchRequest], seed: int = 0,
+                     quiet: bool = False) -> list[RequestRecord]:
+    """Replay a trace: request i is sent `arrival_s` seconds after the start, with a random
+    prompt of `prompt_len` tokens, asking for `output_len` tokens. Returns records in trace
+    order (record i, whose `index` is i, is `trace[i]`).
+
+    Every request of the trace is sent (keep traces small: this is a bounded load). When some
+    fail, it prints how many and why (e.g. "2 of 20 requests failed: APIConnectionError: ...")
+    unless `quiet`; failed records keep None for the times they never reached.
+    """
+    if not trace:
+        raise validate.InvalidArgumentError("the trace is empty: pass at least one BatchRequest.")
+    rng = np.random.default_rng(seed)
+    specs = _specs([r.prompt_len for r in trace], [r.output_len for r in trace], rng, [r.arrival_s for r in trace])
+    records = await _send(server, specs, "trace replay", seed)
+    failures = describe_failures(records)
+    if failures and not quiet:
+        print(failures)
+    return records
+
+
+_SERVER_TIMERS = ("request_decode_time_seconds", "time_to_first_token_seconds")
+
+
+async def _server_timer_totals(server: Any) -> dict[str, float] | None:
+    """Sums and counts of the server's per-request decode-time and TTFT histograms, or None
+    where there is no `/metrics` to read (a server object without a URL, a failed scrape)."""
+    if not hasattr(server, "url"):
+        return None
+    try:
+        values = (await asyncio.to_thread(scrape, server)).values
+    except OSError:
+        return None
+    return {f"{t}_{part}": values.get(f"{t}_{part}", 0.0) for t in _SERVER_TIMERS for part in ("sum", "count")}
+
+
+async def measure_step_times(
+    server: Any,
+    batch_sizes: Sequence[int] = (1, 4, 8),
+    output_len: int = 64,
+    prompt_len: int = 256,
+    prefill_len: int = 512,
+    repeats: int = 2,
+    seed: int = 0,
+) -> StepFitData:
+    """Decode at each batch size and one prefill of `prefill_len` tokens, `repeats` times each.
+
+    Each setting's repeats are reduced to their median (other users of the machine make
+    single timings noisy). A short warm-up request goes first and is not counted. Bounded:
+    sum(batch_sizes) * repeats requests of `output_len` tokens, plus `repeats` prefills.
+    Batch sizes above the server's max_num_seqs would queue and measure nothing useful.
+
+    Attention makes a long context cost more, and the step-time model has no term for context
+    length, so measure at contexts like the load you want to predict: decode prompts default
+    to 256 tokens (the lab averages 212-token prompts, plus the answer so far; on the course's
+    CPU machine 8 sequences decoded about 35% slower after 512-token prompts than after
+    16-token ones), and the prefill prompt to 512 tokens, the lab's longest.
+    """
+    batch_sizes = validate.positive_ints(batch_sizes, "batch_sizes", hint="They are how many requests decode together.")
+    output_len = validate.int_above(output_len, "output_len", 1, hint="Timing a decode needs at least 2 tokens.")
+    prompt_len = validate.positive_int(prompt_len, "prompt_len")
+    prefill_len = validate.positive_int(prefill_len, "prefill_len")
+    repeats = validate.positive_int(repeats, "repeats")
+    cap = getattr(getattr(server, "config", None), "max_num_seqs", None)
+    if cap is not None and max(batch_sizes) > cap:
+        raise validate.InvalidArgumentError(f"batch size {max(batch_sizes)} exceeds the server's max_num_seqs={cap}; "
+                                            f"pass batch sizes of at most {cap}.")
+    rng = np.random.default_rng(seed)
+    began = time.monotonic()
+    records: dict[str, list[RequestRecord]] = {}
+    decode_rates: dict[int, list[float]] = {b: [] for b in batch_sizes}
+    ttfts: list[float] = []
+    await _send(server, _specs([prompt_len], [4], rng), "warm-up")
+    server_timed = True
+    for _ in range(repeats):
+        for b in batch_sizes:
+            before = await _server_timer_totals(server)
+            batch = await _send(server, _specs([prompt_len] * b, [output_len] * b, rng), f"decode x{b}")
+            records.setdefault(f"decode x{b}", []).extend(batch)
+            client_rate = decode_tok_s(batch)  # raises if a request failed
+            decode_s = server_mean_seconds(before, await _server_timer_totals(server),
+                                           "request_decode_time_seconds", b)
+            server_timed &= decode_s is not None
+            decode_rates[b].append(client_rate if decode_s is None else b * (output_len - 1) / decode_s)
+        before = await _server_timer_totals(server)
+        [single] = await _send(server, _specs([prefill_len], [1], rng), f"prefill {prefill_len} tokens")
+        records.setdefault(f"prefill {prefill_len} tokens", []).append(single)
+        if single.ttft_s is None:
+            raise RuntimeError(f"the prefill measurement request failed: {single.error}")
+        ttft_s = server_mean_seconds(before, await _server_timer_totals(server), "time_to_first_token_seconds", 1)
+        server_timed &= ttft_s is not None
+        ttfts.append(single.ttft_s if ttft_s is None else ttft_s)
+    measurements = [StepMeasurement.decode(b, statistics.median(decode_rates[b])) for b in batch_sizes]
+    measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(ttfts)))
+    return StepFitData(measurements, records, time.monotonic() - began, "server" if server_timed else "client")

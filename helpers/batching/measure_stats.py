@@ -1,0 +1,156 @@
+"""Numbers and tables from the requests notebook 04 sends to the real server (pure: no I/O).
+
+The records are the load tester's `helpers.load.client.RequestRecord`s (times in seconds on
+the client's clock since the run began); `helpers.batching.measure` sends them. Here they
+become a burst's duration, its median time to first token, the moments requests finished
+at, a decode batch's output tok/s, and the server's own timing between two `/metrics`
+readings; `StepFitData` holds the step-time measurements and prints them as a table, and
+`model_table` compares fitted models.
+
+Taught in `notebooks/04_continuous_batching.ipynb`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from helpers.batching.step_time import (
+    StepMeasurement,
+    StepTimeModel,
+    fit_step_time_model,
+)
+from helpers.load.client import RequestRecord
+from helpers.load.summary import describe_failures
+
+
+def burst_seconds(records: Sequence[RequestRecord]) -> float | None:
+    """How long a replayed burst took: the first request sent -> the last token any request received.
+
+    Used by notebook 04's live burst cell (``burst_s = burst_seconds(records)``) and the
+    replay check after it. A failed request has no last token (None): it is left out of the
+    end, never compared with a number; it still counts as sent. None when no request
+    received a single token (then there is no duration to measure).
+
+    >>> ok = RequestRecord(0, ok=True, output_tokens=3, send_s=0.5, ttft_s=0.5, e2e_s=3.5)
+    >>> failed = RequestRecord(1, error="APIConnectionError: refused", send_s=0.0)
+    >>> burst_seconds([ok, failed]), burst_seconds([failed])
+    (4.0, None)
+    """
+    ends = [r.last_token_s for r in records if r.last_token_s is not None]
+    if not ends:
+        return None
+    return max(ends) - min(r.send_s for r in records)
+
+
+def median_ttft_s(records: Sequence[RequestRecord]) -> float | None:
+    """Median time to first token of the requests that received one (the upper median for an
+    even count, as ``sorted(ttfts)[len // 2]``); None when none did.
+
+    Used by notebook 04's replay check (``measured_ttft_p50 = median_ttft_s(records)``):
+    failed requests have no first token and are left out instead of breaking the sort.
+
+    >>> rs = [RequestRecord(i, ok=True, ttft_s=t, e2e_s=t + 1) for i, t in enumerate((0.5, 1.5, 1.0))]
+    >>> median_ttft_s(rs + [RequestRecord(3, error="boom")])
+    1.0
+    """
+    ttfts = sorted(r.ttft_s for r in records if r.ttft_s is not None)
+    return ttfts[len(ttfts) // 2] if ttfts else None
+
+
+def finish_moments(records: Sequence[RequestRecord], within_s: float = 0.05) -> list[float]:
+    """The distinct times requests finished at; finishes within `within_s` of the previous count once.
+
+    >>> rs = [RequestRecord(i, ok=True, ttft_s=t, e2e_s=t) for i, t in enumerate((1.0, 1.01, 2.0))]
+    >>> finish_moments(rs)
+    [1.0, 2.0]
+    """
+    ends = sorted(r.last_token_s for r in records if r.ok and r.last_token_s is not None)
+    moments: list[float] = []
+    for t in ends:
+        if not moments or t - moments[-1] > within_s:
+            moments.append(t)
+    return moments
+
+
+def decode_tok_s(records: Sequence[RequestRecord]) -> float:
+    """Output tok/s of a batch decoding together: batch size x the median request's steps per second.
+
+    >>> r = RequestRecord(0, ok=True, output_tokens=11, ttft_s=0.1, e2e_s=1.1)   # 10 steps in 1 s
+    >>> decode_tok_s([r, r])
+    20.0
+    """
+    rates = [r.decode_steps_per_s for r in records]
+    if not rates or any(rate is None for rate in rates):
+        why = describe_failures(records) or "no tokens came back (or too few to time)"
+        raise RuntimeError(f"a decode measurement request failed, so the batch's rate cannot be measured: {why} "
+                           "Run the cell again; if it keeps failing, check the server's log.")
+    return len(records) * statistics.median(rates)
+
+
+def server_mean_seconds(before: dict[str, float] | None, after: dict[str, float] | None, timer: str,
+                        expected_count: int) -> float | None:
+    """Mean of one server histogram over the requests observed between two readings, or None
+    unless exactly `expected_count` requests were observed (someone else's traffic, or none).
+
+    >>> before = {"request_decode_time_seconds_sum": 1.0, "request_decode_time_seconds_count": 2}
+    >>> after = {"request_decode_time_seconds_sum": 2.0, "request_decode_time_seconds_count": 4}
+    >>> server_mean_seconds(before, after, "request_decode_time_seconds", 2)
+    0.5
+    """
+    if before is None or after is None:
+        return None
+    count = after[f"{timer}_count"] - before[f"{timer}_count"]
+    total = after[f"{timer}_sum"] - before[f"{timer}_sum"]
+    return total / count if count == expected_count and total > 0 else None
+
+
+@dataclass(frozen=True)
+class StepFitData:
+    """The measurements made on one server, and the raw records they came from.
+
+    >>> data = StepFitData([StepMeasurement.decode(4, 50.0)], records={})
+    >>> print(data.table())
+    measurement             steps  prompt tok  decode seqs   seconds
+    decode x4                   1           0            4    0.0800
+    """
+
+    measurements: list[StepMeasurement]  # one per setting: median over repeats
+    records: dict[str, list[RequestRecord]] = field(repr=False)  # label -> every request sent for it
+    seconds: float = 0.0  # wall time of all measuring
+    clock: str = "client"  # whose clock timed decode and prefill: "server" (/metrics) or "client"
+
+    def fit(self, base: StepTimeModel | None = None) -> StepTimeModel:
+        return fit_step_time_model(self.measurements, base)
+
+    def table(self) -> str:
+        """The measurements as an aligned text table."""
+        lines = [f"{'measurement':<22}{'steps':>7}{'prompt tok':>12}{'decode seqs':>13}{'seconds':>10}"]
+        for m in self.measurements:
+            lines.append(f"{m.label:<22}{m.num_steps:>7}{m.num_prefill_tokens:>12}{m.num_decode_seqs:>13}"
+                         f"{m.seconds:>10.4f}")
+        return "\n".join(lines)
+
+
+def model_table(models: dict[str, StepTimeModel]) -> str:
+    """Parameters of several step-time models side by side, in milliseconds.
+
+    >>> print(model_table({"a": StepTimeModel(0.03, 0.001, 0.002)}))
+    parameter                             a
+    overhead (ms/step)               30.000
+    prefill (ms/prompt token)         1.000
+    decode (ms/sequence)              2.000
+    1 request alone (tok/s)          31.250
+    """
+    rows = [
+        ("overhead (ms/step)", lambda m: 1000 * m.overhead_s),
+        ("prefill (ms/prompt token)", lambda m: 1000 * m.prefill_token_s),
+        ("decode (ms/sequence)", lambda m: 1000 * m.decode_seq_s),
+        ("1 request alone (tok/s)", lambda m: m.decode_tok_s(1)),
+    ]
+    width = max(12, *(len(k) + 2 for k in models))
+    lines = [f"{'parameter':<27}" + "".join(f"{k:>{width}}" for k in models)]
+    for name, get in rows:
+        lines.append(f"{name:<27}" + "".join(f"{get(m):>{width}.3f}" for m in models.values()))
+    return "\n".join(lines)
