@@ -1,0 +1,17 @@
+"""The code behind the notebooks: one room a chapter, shared pieces at the top.
+
+Rooms (subpackages), each opened by a docstring that lists its modules:
+
+- ``helpers.load``: the one request client, ``/metrics`` poller and run summary every chapter uses;
+- ``helpers.serve``: starting, watching and stopping a vLLM server (notebooks 01-02);
+- ``helpers.paged``: the paged KV-cache allocator and its animation (notebook 03);
+- ``helpers.batching``: the continuous-batching scheduler, step times, the lab's prediction (notebook 04);
+- ``helpers.tuning``: the levers of notebook 05;
+- ``helpers.lab``: the concurrency lab's results, plots and explanations.
+
+Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
+``validate`` (clear errors for bad arguments), ``feedback`` (every exercise's verdict), ``colab``.
+
+A room imports the shared modules and the rooms listed before it, never one after it; each
+module has one role: a pure core, I/O, drawing, or notebook glue (``tests/test_layout.py``).
+"""

@@ -1,6 +1,6 @@
 """Checks of what a caller passes in: a clear ``ValueError`` before any work starts.
 
-Shared by the load tester (:mod:`helpers.load`), the tuning helpers (:mod:`helpers.tuning.levers`)
+Shared by the load tester (:mod:`helpers.load`), the tuning helpers (:mod:`helpers.tuning`)
 and the lab's sweep script (``scripts/lab_sweep.py``). Each check returns the value (as an
 ``int`` or ``float``) or raises :class:`helpers.errors.InvalidArgumentError`, a ``ValueError``
 whose message says what was given and what to pass instead. Unlike ``assert``, these checks

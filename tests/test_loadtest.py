@@ -262,6 +262,16 @@ def test_the_run_tag_must_be_a_non_empty_string(run_tag):
         build_workload(WordTokenizer(), num_requests=1, run_tag=run_tag)
 
 
+def test_a_system_message_goes_before_the_user_message():
+    from helpers.load.client import _request_args
+
+    spec = RequestSpec(0, "question", 1, 4, system="rules")
+    assert _request_args("m", spec)["messages"] == [{"role": "system", "content": "rules"},
+                                                    {"role": "user", "content": "question"}]
+    assert _request_args("m", RequestSpec(0, "question", 1, 4))["messages"] == [{"role": "user", "content": "question"}]
+    assert _request_args("m", RequestSpec(0, (5, 6), 2, 4))["prompt"] == [5, 6]  # token ids: no chat template
+
+
 def test_a_system_message_with_token_ids_is_refused_in_words():
     with pytest.raises(ValueError, match="system message needs a text prompt"):
         RequestSpec(0, (1, 2, 3), 3, 2, system="be brief")

@@ -1,4 +1,4 @@
-"""helpers.tuning.levers, tuning_plots and tuning_exercises: hand-checkable cases, no server needed.
+"""helpers.tuning (arithmetic, comparison, report, workloads, plots, exercises): hand-checkable cases, no server needed.
 
 Measurements here are built from synthetic records and /metrics samples, so every expected
 number can be worked out by hand. tests/test_tuning_server.py runs the same pieces against
@@ -12,29 +12,42 @@ import struct
 
 import pytest
 
-from helpers.load.client import RequestRecord, RequestSpec, _request_args
-from helpers.load.run import LoadTestRun
+from helpers.lab.table import ResultRow
+from helpers.load.client import RequestRecord
 from helpers.load.prometheus import MetricsSample
-from helpers.tuning.levers import (
+from helpers.load.run import LoadTestRun, ServerFacts
+from helpers.tuning.arithmetic import (
     LLAMA_31_8B,
-    NOISE,
-    Measurement,
-    checklist,
-    checkpoint_parameters,
-    compare,
+    blocks_per_request,
     count_parameters,
-    cpu_supports_fp8_kv,
-    describe_change,
-    describe_ratio,
     fit_in_pool,
     ideal_prefix_hits,
     memory_rows,
-    memory_table,
     server_settings,
-    shared_prefix_workload,
 )
-from helpers.tuning.exercises import check_first_lever, check_hit_rate, check_ideal_hits, check_pool_blocks
-from helpers.tuning.plots import CapacityPoint, plot_engine, plot_kv_capacity, plot_lever, plot_prefix, plot_tradeoff
+from helpers.tuning.comparison import (
+    NOISE,
+    compare_measurements,
+    describe_change,
+    describe_ratio,
+)
+from helpers.tuning.exercises import (
+    grade_first_lever,
+    grade_hit_rate,
+    grade_ideal_hits,
+    grade_pool_blocks,
+)
+from helpers.tuning.measure import checkpoint_parameters, cpu_supports_fp8_kv, measure
+from helpers.tuning.measurement import CapacityPoint, Measurement
+from helpers.tuning.plots import (
+    plot_engine,
+    plot_kv_capacity,
+    plot_lever,
+    plot_prefix,
+    plot_tradeoff,
+)
+from helpers.tuning.report import checklist, memory_table
+from helpers.tuning.workloads import shared_prefix_workload
 from tests.test_loadtest import WordTokenizer
 
 SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -49,13 +62,17 @@ def sample(t: float, running: int, *, preemptions: int = 0, queries: int = 0, hi
 
 def measurement(setting: str, *, e2e: float, ttft: float, num: int = 4, out: int = 10, prompt: int = 100,
                 kv_tokens: int = 2304, peak: int = 4, preemptions: int = 0, queries: int = 0, hits: int = 0,
-                lever: str = "KV pool") -> Measurement:
+                lever: str = "KV pool", failed: int = 0) -> Measurement:
     """`num` requests all sent at t=0, each `out` tokens, first token at `ttft`, last at `e2e`.
-    Throughput is num x out / e2e tokens/s (every request ends at e2e)."""
+    Throughput is num x out / e2e tokens/s (every request ends at e2e). The last `failed`
+    requests failed instead: no first or last token, no usage."""
     records = [RequestRecord(i, ok=True, prompt_len=prompt - 30, prompt_tokens=prompt, output_tokens=out,
-                             send_s=0.0, ttft_s=ttft, e2e_s=e2e, done_s=e2e) for i in range(num)]
-    server = {"kv_cache": {"num_tokens": kv_tokens, "num_blocks": kv_tokens // 128, "block_size": 128,
-                           "max_model_len": 2048, "max_concurrency": kv_tokens / 2048}, "max_num_seqs": 64}
+                             send_s=0.0, ttft_s=ttft, e2e_s=e2e, done_s=e2e) for i in range(num - failed)]
+    records += [RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0, done_s=1.0)
+                for i in range(num - failed, num)]
+    server = ServerFacts("smollm2", max_num_seqs=64, max_model_len=2048,
+                         kv_cache={"num_tokens": kv_tokens, "num_blocks": kv_tokens // 128, "block_size": 128,
+                                   "max_model_len": 2048, "max_concurrency": kv_tokens / 2048})
     run = LoadTestRun(f"{lever}: {setting}", {}, server, "CPU: 2 cores", "2026-01-01T00:00:00+00:00", e2e, records)
     samples = [sample(0.0, 0, queries=1000, hits=500), sample(0.5, peak, usage=0.5),
                sample(e2e, 0, preemptions=preemptions, queries=1000 + queries, hits=500 + hits)]
@@ -115,7 +132,7 @@ def test_shared_prefix_requests_share_one_exact_length_system_prompt_and_differ_
     systems = {spec.system for spec in workload.requests}
     assert len(systems) == 1
     (system,) = systems
-    assert system.startswith("[abcd]") and len(tokenizer.encode(system)) == 200
+    assert system.startswith("(abcd/0) ") and len(tokenizer.encode(system)) == 200
     assert len({spec.prompt for spec in workload.requests}) == 5
     assert all(len(tokenizer.encode(spec.prompt)) == 20 and spec.max_tokens == 8 for spec in workload.requests)
 
@@ -124,13 +141,6 @@ def test_two_shared_prefix_workloads_do_not_share_their_system_prompt():
     first, second = (shared_prefix_workload(WordTokenizer(), num_requests=2, system_tokens=50) for _ in range(2))
     assert first.run_tag != second.run_tag
     assert first.requests[0].system.split()[0] != second.requests[0].system.split()[0]
-
-
-def test_a_request_with_a_system_prompt_sends_it_first():
-    spec = RequestSpec(0, "question", 1, 4, system="rules")
-    assert _request_args("m", spec)["messages"] == [{"role": "system", "content": "rules"},
-                                                    {"role": "user", "content": "question"}]
-    assert _request_args("m", RequestSpec(0, "question", 1, 4))["messages"] == [{"role": "user", "content": "question"}]
 
 
 # ----- one measurement, two measurements ----------------------------------------------------------
@@ -147,9 +157,9 @@ def test_no_lookups_means_no_hit_rate_rather_than_zero():
     assert measurement("off", e2e=2.0, ttft=0.5).prefix_hit_rate is None
 
 
-def test_compare_gives_after_over_before():
+def test_compare_measurements_gives_after_over_before():
     slow, fast = measurement("8", e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5)
-    change = compare(slow, fast)
+    change = compare_measurements(slow, fast)
     assert change.throughput_ratio == 2.0 and change.e2e_p95_ratio == 0.5 and change.ttft_p50_ratio == 0.25
 
 
@@ -219,11 +229,14 @@ def test_engine_plot_names_each_setting_peak():
 def test_tradeoff_plot_compares_the_fastest_with_the_slowest_setting():
     points = [measurement("8", e2e=4.0, ttft=2.0, lever="max_num_seqs"),
               measurement("64", e2e=2.0, ttft=0.5, lever="max_num_seqs")]
-    reference = [{"max_num_seqs": 8, "output_tok_per_s": 80.0, "e2e_p95_s": 37.0},
-                 {"max_num_seqs": 64, "output_tok_per_s": 108.0, "e2e_p95_s": 29.7}]
+    # the lab's pooled rows: max_num_seqs and a RunSummary (here 80 and 108 tok/s, p95 37 s and 29.6 s)
+    reference = [ResultRow(8, "1 run", measurement("8", num=74, out=40, e2e=37.0, ttft=1.0).summary),
+                 ResultRow(64, "1 run", measurement("64", num=80, out=40, e2e=29.6, ttft=1.0).summary)]
     fig = plot_tradeoff(points, reference=reference)
     assert fig._suptitle.get_text().startswith("max_num_seqs=64 gave 2.00x the throughput of max_num_seqs=8, at a lower")
     assert "throughput" in fig.axes[0].get_xlabel() and "p95" in fig.axes[0].get_ylabel()
+    assert [t.get_text() for t in fig.axes[1].texts] == ["8", "64"]
+    assert list(fig.axes[1].lines[0].get_xdata()) == pytest.approx([80.0, 108.1], abs=0.1)
 
 
 def test_prefix_plot_reports_the_hit_rate_and_ttft():
@@ -234,14 +247,23 @@ def test_prefix_plot_reports_the_hit_rate_and_ttft():
 
 
 # ----- exercise checks -------------------------------------------------------------------------------
-def test_checks_accept_the_right_answers_and_refuse_others(capsys):
+def test_grades_accept_the_right_answers_and_refuse_others():
     small = measurement("0.05 GiB", e2e=4.0, ttft=2.0, queries=400, hits=300)
-    assert check_pool_blocks(18, small) and not check_pool_blocks(2304, small)
-    assert check_hit_rate(0.75, small) and not check_hit_rate(75, small)
-    assert check_ideal_hits(19 * 896, num_requests=20, shared_tokens=1000, block_size=128)
-    assert check_first_lever("prefix caching") and not check_first_lever("max_num_seqs")
-    assert not check_pool_blocks(None, small)
-    assert "not answered yet" in capsys.readouterr().out
+    assert grade_pool_blocks(18, small) and not grade_pool_blocks(2304, small)
+    assert grade_hit_rate(0.75, small) and not grade_hit_rate(75, small)
+    assert grade_ideal_hits(19 * 896, num_requests=20, shared_tokens=1000, block_size=128)
+    assert grade_first_lever("prefix caching") and not grade_first_lever("max_num_seqs")
+    unanswered = grade_pool_blocks(None, small)
+    assert unanswered.ok is None and "not answered yet" in unanswered.message
+
+
+def test_checks_print_the_verdict_and_return_nothing(capsys):
+    from helpers.tuning.exercises import check_first_lever, check_pool_blocks
+
+    small = measurement("0.05 GiB", e2e=4.0, ttft=2.0)
+    assert check_pool_blocks(None, small) is None and check_first_lever("prefix caching") is None
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("✏️ blocks in the pool: not answered yet") and out[1].startswith("✅ first lever: correct.")
 
 
 def test_a_run_shared_with_another_server_is_flagged_in_the_sentence_and_the_checklist():
@@ -323,28 +345,26 @@ def test_tuning_arithmetic_refuses_impossible_inputs_by_name(call, message):
 def test_measure_refuses_bad_seconds_before_touching_the_server(name, value):
     import asyncio
 
-    from helpers.tuning.levers import measure
-
     workload = shared_prefix_workload(WordTokenizer(), num_requests=1, system_tokens=20)
     with pytest.raises(ValueError, match=rf"^{name} must be a positive, finite number of seconds"):
         asyncio.run(measure(object(), workload, lever="x", setting="y", **{name: value}))
 
 
-def test_blocks_per_request_refuses_a_block_size_of_zero():
-    from helpers.tuning.levers import blocks_per_request
+def test_blocks_per_request_counts_prompt_and_output_in_whole_blocks_of_successful_requests():
+    # 100 prompt + 10 output tokens = 110: 7 blocks of 16, 1 block of 128; failed requests left out
+    assert blocks_per_request(failing("a", failed=1, e2e=1.0, ttft=0.5), 16) == [7, 7, 7]
+    assert blocks_per_request(measurement("a", e2e=1.0, ttft=0.5), 128) == [1, 1, 1, 1]
 
+
+def test_blocks_per_request_refuses_a_block_size_of_zero():
     with pytest.raises(ValueError, match=r"^block_size must be a positive integer, got 0\."):
         blocks_per_request(measurement("a", e2e=1.0, ttft=0.5), 0)
 
 
 # ----- measurements with failed requests -------------------------------------------------------------
 def failing(setting: str, *, failed: int, num: int = 4, lever: str = "KV pool", **kwargs) -> Measurement:
-    """measurement() with its last `failed` requests failed: no first or last token, no usage."""
-    m = measurement(setting, num=num, lever=lever, **kwargs)
-    for i in range(num - failed, num):
-        m.run.records[i] = RequestRecord(i, ok=False, error="APIConnectionError: Connection error.", send_s=0.0,
-                                         done_s=1.0)
-    return m
+    """measurement() with its last `failed` requests failed."""
+    return measurement(setting, num=num, lever=lever, failed=failed, **kwargs)
 
 
 def test_the_change_sentence_survives_a_run_where_every_request_failed_and_counts_them():

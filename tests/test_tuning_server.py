@@ -1,4 +1,4 @@
-"""helpers.tuning.levers against the real vLLM server (CPU build on CI): what the tuning notebook relies on.
+"""helpers.tuning against the real vLLM server (CPU build on CI): what the tuning notebook relies on.
 
 Two server starts (30-40 s each) and a few seconds of load: the default cache settings as the
 engine reports them, prefix-cache hits on a shared system prompt, and an FP8 KV cache holding
@@ -13,16 +13,16 @@ import pytest
 
 from helpers.hardware import detect_device
 from helpers.load.poller import cache_config_info
-from helpers.serve.server import start_server
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB
-from helpers.tuning.levers import (
+from helpers.serve.server import start_server
+from helpers.tuning.arithmetic import ideal_prefix_hits
+from helpers.tuning.measure import (
     cpu_supports_fp8_kv,
-    ideal_prefix_hits,
     kv_pool_bytes,
     measure,
     shared_prefix_tokens,
-    shared_prefix_workload,
 )
+from helpers.tuning.workloads import shared_prefix_workload
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 ON_CPU = detect_device() == "cpu"
@@ -54,7 +54,7 @@ def test_requests_behind_one_system_prompt_hit_the_prefix_cache_in_whole_blocks(
     m = asyncio.run(asyncio.wait_for(measure(server, workload, lever="prefix caching", setting="on",
                                              progress=False, timeout_s=120), 180))
     assert all(r.ok for r in m.run.records), [r.error for r in m.run.records]
-    assert m.prefix_cache_queries == m.summary["prompt_tokens_total"]
+    assert m.prefix_cache_queries == m.summary.prompt_tokens_total
     assert m.prefix_cache_hits == ideal_prefix_hits(4, shared, block)
 
 

@@ -1,1 +1,16 @@
-"""TODO layout docstring."""
+"""The tuning room: change one server setting, load-test before and after, say what changed.
+
+Used by ``notebooks/05_throughput_tuning.ipynb``. Modules, by role:
+
+- :mod:`~helpers.tuning.measure` (I/O): load tests with ``/metrics`` polled (``measure``), the
+  server's tokenizer and log, this machine's CPU, a checkpoint's parameter count;
+- :mod:`~helpers.tuning.measurement` (pure): ``Measurement`` (one run + the engine's counters)
+  and ``CapacityPoint`` (one server's KV pool);
+- :mod:`~helpers.tuning.workloads` (pure, through a tokenizer): the shared-system-prompt load;
+- :mod:`~helpers.tuning.arithmetic` (pure): parameters, memory per precision, KV blocks, pools,
+  server settings;
+- :mod:`~helpers.tuning.comparison` (pure): before/after ratios and the sentences about them;
+- :mod:`~helpers.tuning.report` (pure): the Markdown checklist and memory table;
+- :mod:`~helpers.tuning.plots` (drawing): the notebook's figures;
+- :mod:`~helpers.tuning.exercises` (notebook glue): the exercises' ``grade_*`` / ``check_*``.
+"""

@@ -2,68 +2,101 @@
 measurements (or from the model's config) and compares it with the learner's.
 
 Taught in ``notebooks/05_throughput_tuning.ipynb``; worked solutions in
-``docs/solutions/05_throughput_tuning.md``. Every check prints feedback and returns whether the
-answer matched; an unanswered exercise (``None``) never stops the notebook.
+``docs/solutions/05_throughput_tuning.md``. Each exercise has a pure ``grade_*`` function that
+returns a :class:`helpers.feedback.Feedback`, and a ``check_*`` function that prints it (what
+the notebook's cells call); an unanswered exercise (``None``) never stops the notebook.
 
 Example::
 
     >>> check_fp8_weight_gib(None)
-    FP8 weights of an 8B model: not answered yet (set `answer` above and run both cells again).
-    False
+    ✏️ FP8 weights of an 8B model: not answered yet (set `answer` above and run the cell again).
     >>> check_fp8_weight_gib(7.48)
-    FP8 weights of an 8B model: correct (7.479).
-    True
+    ✅ FP8 weights of an 8B model: correct (7.479).
+    >>> bool(grade_fp8_weight_gib(15.0))
+    False
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from helpers.feedback import check_choice, check_number
+from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
 from helpers.paged.kv_math import tokens_that_fit
-from helpers.tuning.levers import BYTES_PER_WEIGHT, GIB, LLAMA_31_8B, count_parameters, ideal_prefix_hits
+from helpers.tuning.arithmetic import (
+    BYTES_PER_WEIGHT,
+    GIB,
+    LLAMA_31_8B,
+    count_parameters,
+    ideal_prefix_hits,
+)
 
 LEVERS = ("kv pool", "max_num_seqs", "prefix caching", "quantization")
 
 
-def check_pool_blocks(answer: Any, measurement: Any) -> bool:
+# ----- grading (pure: what tests call) ------------------------------------------------------------
+def grade_pool_blocks(answer: Any, measurement: Any) -> Feedback:
     """Blocks in a server's KV pool: the token slots it reported / its block size."""
     kv = measurement.kv_cache
     blocks = kv.get("num_blocks") or kv["num_tokens"] // kv["block_size"]
-    return check_number(answer, blocks, name="blocks in the pool",
+    return grade_number(answer, blocks, name="blocks in the pool",
                         hint="divide the token slots the server reported by its block size.")
 
 
-def check_hit_rate(answer: Any, measurement: Any) -> bool:
+def grade_hit_rate(answer: Any, measurement: Any) -> Feedback:
     """The prefix-cache hit rate of a run: hits / queries, both counted in prompt tokens."""
     rate = measurement.prefix_hit_rate
-    return check_number(answer, rate if rate is not None else 0.0, name="prefix-cache hit rate", abs_tol=0.005,
+    return grade_number(answer, rate if rate is not None else 0.0, name="prefix-cache hit rate", abs_tol=0.005,
                         hint="a fraction between 0 and 1: prefix_cache_hits / prefix_cache_queries over the run.")
 
 
-def check_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> bool:
+def grade_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> Feedback:
     """The most prompt tokens prefix caching can serve: later requests x whole shared blocks."""
-    return check_number(answer, ideal_prefix_hits(num_requests, shared_tokens, block_size),
+    return grade_number(answer, ideal_prefix_hits(num_requests, shared_tokens, block_size),
                         name="best possible prefix-cache hits",
                         hint="the first request finds nothing; only full blocks of the shared part are shared.")
 
 
-def check_fp8_tokens(answer: Any, pool_bytes: int, bf16_bytes_per_token: int, block_size: int) -> bool:
+def grade_fp8_tokens(answer: Any, pool_bytes: int, bf16_bytes_per_token: int, block_size: int) -> Feedback:
     """Token slots in the same pool when every K and V value takes 1 byte instead of 2."""
-    return check_number(answer, tokens_that_fit(pool_bytes, bf16_bytes_per_token // 2, block_size),
+    return grade_number(answer, tokens_that_fit(pool_bytes, bf16_bytes_per_token // 2, block_size),
                         name="KV tokens with an FP8 cache",
                         hint="halve the bytes per token, then count whole blocks only.")
 
 
-def check_fp8_weight_gib(answer: Any) -> bool:
+def grade_fp8_weight_gib(answer: Any) -> Feedback:
     """GiB of weights of Llama-3.1-8B's shapes at one byte per weight."""
-    return check_number(answer, count_parameters(LLAMA_31_8B) * BYTES_PER_WEIGHT["fp8"] / GIB,
+    return grade_number(answer, count_parameters(LLAMA_31_8B) * BYTES_PER_WEIGHT["fp8"] / GIB,
                         name="FP8 weights of an 8B model", rel_tol=0.01,
                         hint="parameters x 1 byte, divided by 2**30 bytes per GiB.")
 
 
-def check_first_lever(answer: Any) -> bool:
+def grade_first_lever(answer: Any) -> Feedback:
     """A support chatbot: every request repeats the same 1,500-token system prompt."""
-    return check_choice(answer, "prefix caching", name="first lever", options=LEVERS,
+    return grade_choice(answer, "prefix caching", name="first lever", options=LEVERS,
                         why="Most of every prompt is the same system prompt: with prefix caching its KV is "
                             "computed once and reused, which cuts prefill work and TTFT for every later request.")
+
+
+# ----- checking (prints the verdict: what the notebook calls) ----------------------------------------
+def check_pool_blocks(answer: Any, measurement: Any) -> None:
+    show(graded(grade_pool_blocks, answer, measurement))
+
+
+def check_hit_rate(answer: Any, measurement: Any) -> None:
+    show(graded(grade_hit_rate, answer, measurement))
+
+
+def check_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> None:
+    show(graded(grade_ideal_hits, answer, num_requests, shared_tokens, block_size))
+
+
+def check_fp8_tokens(answer: Any, pool_bytes: int, bf16_bytes_per_token: int, block_size: int) -> None:
+    show(graded(grade_fp8_tokens, answer, pool_bytes, bf16_bytes_per_token, block_size))
+
+
+def check_fp8_weight_gib(answer: Any) -> None:
+    show(graded(grade_fp8_weight_gib, answer))
+
+
+def check_first_lever(answer: Any) -> None:
+    show(graded(grade_first_lever, answer))

@@ -1,8 +1,8 @@
 """The tuning notebook's figures: KV capacity, one lever before and after, the engine's batch
 over time, the throughput / latency trade-off, and prefix caching.
 
-Every function takes :class:`helpers.tuning.levers.Measurement` objects (or numbers derived from
-them), returns a matplotlib Figure, and titles it with the finding computed from the data.
+Every function takes :class:`helpers.tuning.measurement.Measurement` objects (or numbers derived
+from them), returns a matplotlib Figure, and titles it with the finding computed from the data.
 Nothing here measures. Taught in ``notebooks/05_throughput_tuning.ipynb``.
 
 Example::
@@ -13,28 +13,17 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from helpers.paged.kv_math import tokens_that_fit
-from helpers.lab.plots import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
 from helpers.load.summary import describe_failures
-
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class CapacityPoint:
-    """One server's KV pool: what it was given and what it reported."""
-
-    label: str  # e.g. "0.05 GiB, bf16"
-    pool_bytes: int  # the KV memory the server was given
-    bytes_per_token: int  # KV bytes one token takes at this KV dtype
-    num_tokens: int  # token slots the server reported
-    max_concurrency: float  # requests of max_model_len tokens, as the server reported
+from helpers.paged.kv_math import tokens_that_fit
+from helpers.drawing import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
+from helpers.tuning.arithmetic import GIB
+from helpers.tuning.comparison import compare_measurements, describe_ratio
+from helpers.tuning.measurement import CapacityPoint
 
 
 def plot_kv_capacity(points: Sequence[CapacityPoint], block_size: int, max_model_len: int) -> Figure:
@@ -80,14 +69,12 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
     A latency no request measured (all of a setting's requests failed) is labelled "n/a",
     and failed requests are counted under the title.
     """
-    from helpers.tuning.levers import compare, describe_ratio
-
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
     labels = [m.setting for m in measurements]
     colors = setting_colors(labels)
     x = np.arange(len(measurements))
-    tput = [m.summary["output_tok_per_s"] or 0.0 for m in measurements]
+    tput = [m.summary.output_tok_per_s or 0.0 for m in measurements]
     left.bar(x, tput, color=[colors[label] for label in labels], width=0.6)
     for xi, value in zip(x, tput):
         left.annotate(f"{value:.0f}", (xi, value), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=9)
@@ -100,7 +87,7 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
             ("e2e_p95_s", "end-to-end p95"))
     width = 0.8 / len(measurements)
     for i, m in enumerate(measurements):
-        measured = [m.summary[key] for key, _ in keys]
+        measured = [getattr(m.summary, key) for key, _ in keys]
         values = [value or 0.0 for value in measured]
         positions = np.arange(len(keys)) + (i - (len(measurements) - 1) / 2) * width
         right.bar(positions, values, width, color=colors[m.setting], label=m.setting)
@@ -112,7 +99,7 @@ def plot_lever(measurements: Sequence[Any], title: str | None = None) -> Figure:
     right.legend(fontsize=8, title=measurements[0].lever, title_fontsize=8)
     right.grid(axis="y", alpha=0.3)
     if title is None and len(measurements) >= 2:
-        c = compare(measurements[0], measurements[-1])
+        c = compare_measurements(measurements[0], measurements[-1])
         title = (f"{measurements[0].lever} {c.before} -> {c.after}: {describe_ratio(c.throughput_ratio, 'throughput')}, "
                  f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')}")
     failures = _failures(measurements)
@@ -132,7 +119,7 @@ def _failures(measurements: Sequence[Any]) -> str | None:
 def _measured(m: Any) -> bool:
     """Whether a measurement has a throughput and a p95 latency to draw (some request succeeded)."""
     s = m.summary
-    return bool(s["output_tok_per_s"]) and s["e2e_p95_s"] is not None
+    return bool(s.output_tok_per_s) and s.e2e_p95_s is not None
 
 
 def plot_engine(measurements: Sequence[Any]) -> Figure:
@@ -163,14 +150,15 @@ def plot_engine(measurements: Sequence[Any]) -> Figure:
     return fig
 
 
-def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (),
+def plot_tradeoff(points: Sequence[Any], reference: Sequence[Any] = (),
                   reference_label: str = "the lab's reference sweep", context: Sequence[Any] = ()) -> Figure:
     """p95 end-to-end latency against output throughput, one point per setting of this run.
 
     ``context``: other measurements of this run drawn as squares for comparison (e.g. a run
     limited by its KV pool); the title compares only ``points``.
 
-    ``reference``: pooled rows of another load (``helpers.lab.results.runs_table(..., pooled=True)``),
+    ``reference``: pooled rows of another load (``helpers.lab.table.runs_table(..., pooled=True)``:
+    anything with ``max_num_seqs`` and a ``summary``, a :class:`~helpers.load.summary.RunSummary`),
     drawn in a second, smaller panel joined in order of ``max_num_seqs``: the curve to recall,
     kept apart because its load (and so its latency scale) differs. Down and to the right is better.
 
@@ -186,14 +174,14 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
         s = m.summary
         if not _measured(m):
             ax.plot([], [], "x", color=ERROR_COLOR,
-                    label=f"{m.lever} {m.setting}: no successful request ({s['num_errors']} failed)")
+                    label=f"{m.lever} {m.setting}: no successful request ({s.num_errors} failed)")
             continue
-        ax.plot(s["output_tok_per_s"], s["e2e_p95_s"], "o" if i < len(points) else "s", ms=11, color=colors[m.setting],
-                label=f"{m.lever} {m.setting}: {s['output_tok_per_s']:.0f} tok/s, p95 {s['e2e_p95_s']:.1f} s")
-        ax.annotate(m.setting, (s["output_tok_per_s"], s["e2e_p95_s"]), textcoords="offset points",
+        ax.plot(s.output_tok_per_s, s.e2e_p95_s, "o" if i < len(points) else "s", ms=11, color=colors[m.setting],
+                label=f"{m.lever} {m.setting}: {s.output_tok_per_s:.0f} tok/s, p95 {s.e2e_p95_s:.1f} s")
+        ax.annotate(m.setting, (s.output_tok_per_s, s.e2e_p95_s), textcoords="offset points",
                     xytext=(9, 9 if i % 2 == 0 else -15), fontsize=9)
-    xs = [m.summary["output_tok_per_s"] for m in everything if _measured(m)]
-    ys = [m.summary["e2e_p95_s"] for m in everything if _measured(m)]
+    xs = [m.summary.output_tok_per_s for m in everything if _measured(m)]
+    ys = [m.summary.e2e_p95_s for m in everything if _measured(m)]
     if xs:
         ax.set_xlim(min(xs) * 0.8, max(xs) * 1.2)
         ax.set_ylim(0, max(ys) * 1.3)
@@ -203,13 +191,13 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     if reference:
-        rows = sorted(reference, key=lambda r: r["max_num_seqs"])
+        rows = sorted(reference, key=lambda r: r.max_num_seqs)
         ref = axes[1]
-        ref.plot([r["output_tok_per_s"] for r in rows], [r["e2e_p95_s"] for r in rows], "o--", color="gray",
-                 mfc="none", lw=1)
+        ref.plot([r.summary.output_tok_per_s for r in rows], [r.summary.e2e_p95_s for r in rows], "o--",
+                 color="gray", mfc="none", lw=1)
         for r in rows:
-            ref.annotate(f"{r['max_num_seqs']}", (r["output_tok_per_s"], r["e2e_p95_s"]), textcoords="offset points",
-                         xytext=(5, 3), fontsize=8, color="dimgray")
+            ref.annotate(f"{r.max_num_seqs}", (r.summary.output_tok_per_s, r.summary.e2e_p95_s),
+                         textcoords="offset points", xytext=(5, 3), fontsize=8, color="dimgray")
         ref.set_xlabel("output throughput, tokens/s")
         ref.set_ylabel("p95 end-to-end latency, s")
         ref.set_title(f"recalled: {reference_label}\n(labels: max_num_seqs)", fontsize=9)
@@ -217,13 +205,13 @@ def plot_tradeoff(points: Sequence[Any], reference: Sequence[dict[str, Any]] = (
         ref.grid(alpha=0.3)
     measured = [m for m in points if _measured(m)]
     if len(measured) >= 2:
-        best = max(measured, key=lambda m: m.summary["output_tok_per_s"])
-        worst = min(measured, key=lambda m: m.summary["output_tok_per_s"])
+        best = max(measured, key=lambda m: m.summary.output_tok_per_s)
+        worst = min(measured, key=lambda m: m.summary.output_tok_per_s)
         b, w = best.summary, worst.summary
-        latency = "lower" if b["e2e_p95_s"] < w["e2e_p95_s"] else "higher"
-        title = (f"{best.lever}={best.setting} gave {b['output_tok_per_s'] / w['output_tok_per_s']:.2f}x the throughput "
-                 f"of {worst.lever}={worst.setting}, at a {latency} p95 latency ({b['e2e_p95_s']:.1f} s vs "
-                 f"{w['e2e_p95_s']:.1f} s)")
+        latency = "lower" if b.e2e_p95_s < w.e2e_p95_s else "higher"
+        title = (f"{best.lever}={best.setting} gave {b.output_tok_per_s / w.output_tok_per_s:.2f}x the throughput "
+                 f"of {worst.lever}={worst.setting}, at a {latency} p95 latency ({b.e2e_p95_s:.1f} s vs "
+                 f"{w.e2e_p95_s:.1f} s)")
     else:
         missing = [m.setting for m in points if not _measured(m)]
         title = (f"Nothing to compare: no request succeeded at {', '.join(missing)}" if missing else
@@ -254,7 +242,7 @@ def plot_prefix(off: Any, on: Any) -> Figure:
     left.grid(alpha=0.3)
     left.legend(fontsize=8, loc="lower right")
     names = [f"caching {off.setting}", f"caching {on.setting}"]
-    prompt = [m.summary["prompt_tokens_total"] for m in (off, on)]
+    prompt = [m.summary.prompt_tokens_total for m in (off, on)]
     hits = [m.prefix_cache_hits for m in (off, on)]
     computed = [p - h for p, h in zip(prompt, hits)]
     right.bar(names, computed, color=WAIT_COLOR, label="computed (prefilled)")
@@ -267,19 +255,9 @@ def plot_prefix(off: Any, on: Any) -> Figure:
     right.legend(fontsize=8, loc="lower right")
     right.grid(axis="y", alpha=0.3)
     rate = on.prefix_hit_rate or 0.0
-    medians = " -> ".join("-" if m.summary["ttft_p50_s"] is None else f"{m.summary['ttft_p50_s']:.2f} s"
+    medians = " -> ".join("-" if m.summary.ttft_p50_s is None else f"{m.summary.ttft_p50_s:.2f} s"
                           for m in (off, on))
     failures = _failures([off, on])
     fig.suptitle(f"Prefix caching found {rate:.0%} of the prompt tokens in its cache; median TTFT {medians}"
                  + (f"\n{failures}" if failures else ""), fontsize=11)
     return fig
-
-
-def capacity_point(label: str, server: Any, bytes_per_token: int) -> CapacityPoint:
-    """A started server's KV pool as a :class:`CapacityPoint` (its pool size from
-    :func:`helpers.tuning.levers.kv_pool_bytes`, its token count from the engine's report)."""
-    from helpers.tuning.levers import kv_pool_bytes
-
-    kv = server.kv_cache
-    assert kv is not None, f"the server did not report its KV cache; log: {server.log_path}"
-    return CapacityPoint(label, kv_pool_bytes(server) or 0, bytes_per_token, kv.num_tokens, kv.max_concurrency)

@@ -1,0 +1,101 @@
+"""Before and after: two :class:`~helpers.tuning.measurement.Measurement` objects as ratios
+(:func:`compare_measurements`) and in words (:func:`describe_ratio`, :func:`describe_change`),
+calling a change smaller than the run-to-run noise what it is. Pure: numbers in, text out.
+
+Example::
+
+    >>> describe_ratio(0.5, "p95 latency")
+    'p95 latency 0.50x (down 50%)'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from helpers import validate
+from helpers.load.summary import describe_failures
+
+# Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
+# same setting (the lab's repetitions show it): a smaller change is not a finding.
+NOISE = 0.25
+
+
+@dataclass(frozen=True)
+class Change:
+    """``after`` relative to ``before``: ratios above 1 mean the number grew."""
+
+    before: str
+    after: str
+    throughput_ratio: float | None  # output tokens/s, after / before
+    e2e_p95_ratio: float | None
+    ttft_p50_ratio: float | None
+    ttft_p95_ratio: float | None
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return top / bottom if top is not None and bottom else None
+
+
+def compare_measurements(before: Any, after: Any) -> Change:
+    """``after``'s throughput and latencies over ``before``'s (None where either is unmeasured)."""
+    b, a = before.summary, after.summary
+    return Change(
+        before.setting, after.setting,
+        throughput_ratio=_ratio(a.output_tok_per_s, b.output_tok_per_s),
+        e2e_p95_ratio=_ratio(a.e2e_p95_s, b.e2e_p95_s),
+        ttft_p50_ratio=_ratio(a.ttft_p50_s, b.ttft_p50_s),
+        ttft_p95_ratio=_ratio(a.ttft_p95_s, b.ttft_p95_s),
+    )
+
+
+def describe_ratio(ratio: float | None, what: str, noise: float = NOISE) -> str:
+    """A ratio in words, treating a change smaller than ``noise`` as no finding.
+
+    >>> describe_ratio(1.8, "throughput"), describe_ratio(0.5, "p95 latency")
+    ('throughput 1.80x (up 80%)', 'p95 latency 0.50x (down 50%)')
+    >>> describe_ratio(1.1, "throughput")
+    'throughput 1.10x (within the run-to-run noise of about 25%)'
+    >>> describe_ratio(None, "p95 latency")
+    'p95 latency: not measured'
+    """
+    noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
+    if ratio is None or not math.isfinite(ratio):
+        return f"{what}: not measured"
+    if abs(ratio - 1) < noise:
+        return f"{what} {ratio:.2f}x (within the run-to-run noise of about {noise:.0%})"
+    return f"{what} {ratio:.2f}x ({'up' if ratio > 1 else 'down'} {abs(ratio - 1):.0%})"
+
+
+def describe_change(before: Any, after: Any) -> str:
+    """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers.
+
+    A number that could not be measured (every request of a run failed) reads "-", and
+    failed requests are counted in words at the end, with their errors.
+    """
+    b, a, c = before.summary, after.summary, compare_measurements(before, after)
+    shared = before.other_servers or after.other_servers
+    caution = (" Another vLLM server shared the machine during these runs: the difference may be partly "
+               "theirs." if shared else "")
+    failures = "".join(f" {m.setting}: {text}" for m in (before, after)
+                       if (text := describe_failures(m.run.records)) is not None)
+    return (f"{before.lever} {before.setting} -> {after.setting}: "
+            f"{describe_ratio(c.throughput_ratio, 'throughput')} "
+            f"({arrow(b.output_tok_per_s, a.output_tok_per_s, '.0f')} output tok/s), "
+            f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')} "
+            f"({arrow(b.e2e_p95_s, a.e2e_p95_s, '.1f', missing_one=True)} s), "
+            f"{describe_ratio(c.ttft_p50_ratio, 'median TTFT')} "
+            f"({arrow(b.ttft_p50_s, a.ttft_p50_s, '.2f', missing_one=True)} s).{caution}{failures}")
+
+
+def arrow(before: float | None, after: float | None, fmt: str, missing_one: bool = False) -> str:
+    """``"1.0 -> 2.0"``; "-" when either is unknown, or with ``missing_one`` the unknown side alone.
+
+    >>> arrow(1.0, 2.0, ".1f"), arrow(1.0, None, ".1f"), arrow(1.0, None, ".1f", missing_one=True)
+    ('1.0 -> 2.0', '-', '1.0 -> -')
+    """
+    if before is None and after is None or not missing_one and (before is None or after is None):
+        return "-"
+    show = lambda v: "-" if v is None else f"{v:{fmt}}"
+    return f"{show(before)} -> {show(after)}"
