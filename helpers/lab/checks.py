@@ -19,12 +19,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
 from helpers.lab.findings import ratio
-from helpers.load.summary import RunSummary, percentile, summarize
+from helpers.load.summary import percentile, summarize
 from helpers.paged.kv_math import blocks_for
 
 REL_TOL = 0.02  # answers within 2% count: learners round
@@ -56,9 +56,8 @@ def grade_throughput(answer: Any, records: Sequence[Any]) -> Feedback:
 
 def grade_speedup(answer: Any, low_records: Sequence[Any], high_records: Sequence[Any]) -> Feedback:
     """The high setting's output tokens/s over the low setting's."""
-    expected = _high_over_low(low_records, high_records, lambda summary: summary.output_tok_per_s)
-    return grade_answer(answer, expected, "speed-up (high / low throughput)",
-                        hint="divide the two settings' output tokens/s")
+    return _grade_high_over_low(answer, low_records, high_records, "output_tok_per_s",
+                                "speed-up (high / low throughput)", "divide the two settings' output tokens/s")
 
 
 # The guided questions behind the explanation: one per effect, each recomputed from the
@@ -71,9 +70,9 @@ def grade_peak_generating(answer: Any, records: Sequence[Any]) -> Feedback:
 
 def grade_step_growth(answer: Any, low_records: Sequence[Any], high_records: Sequence[Any]) -> Feedback:
     """How many times longer the mean time per output token was at the high setting than at the low one."""
-    expected = _high_over_low(low_records, high_records, lambda summary: summary.tpot_mean_ms)
-    return grade_answer(answer, expected, "growth of the time per output token (high / low)",
-                        hint="per request (e2e_s - ttft_s) / (output_tokens - 1), averaged, then the ratio")
+    return _grade_high_over_low(answer, low_records, high_records, "tpot_mean_ms",
+                                "growth of the time per output token (high / low)",
+                                "per request (e2e_s - ttft_s) / (output_tokens - 1), averaged, then the ratio")
 
 
 def grade_prefill_ratio(answer: Any, records: Sequence[Any]) -> Feedback:
@@ -111,10 +110,11 @@ def grade_kv_limited(answer: Any, records: Sequence[Any], kv_cache: dict[str, An
                         options=("yes", "no"), why=f"{need:,} blocks needed at once, {blocks:,} in the pool")
 
 
-def _high_over_low(low_records: Sequence[Any], high_records: Sequence[Any],
-                   number: Callable[[RunSummary], float | None]) -> float | None:
-    """A number of the high setting's run over the same number of the low setting's."""
-    return ratio(number(summarize(high_records)), number(summarize(low_records)))
+def _grade_high_over_low(answer: Any, low_records: Sequence[Any], high_records: Sequence[Any], field: str,
+                         what: str, hint: str) -> Feedback:
+    """A summary field of the high setting's run over the same field of the low setting's."""
+    expected = ratio(getattr(summarize(high_records), field), getattr(summarize(low_records), field))
+    return grade_answer(answer, expected, what, hint=hint)
 
 
 # ----- what the lab's cells call: grade and print, never raise -------------------------------------
