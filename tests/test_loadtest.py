@@ -263,11 +263,11 @@ def test_the_run_tag_must_be_a_non_empty_string(run_tag):
 
 
 def test_a_system_message_goes_before_the_user_message():
-    from helpers.load.client import _request_args
+    from helpers.load.client import _request_args, chat_messages
 
     spec = RequestSpec(0, "question", 1, 4, system="rules")
-    assert _request_args("m", spec)["messages"] == [{"role": "system", "content": "rules"},
-                                                    {"role": "user", "content": "question"}]
+    assert _request_args("m", spec)["messages"] == chat_messages(spec) == [
+        {"role": "system", "content": "rules"}, {"role": "user", "content": "question"}]
     assert _request_args("m", RequestSpec(0, "question", 1, 4))["messages"] == [{"role": "user", "content": "question"}]
     assert _request_args("m", RequestSpec(0, (5, 6), 2, 4))["prompt"] == [5, 6]  # token ids: no chat template
 

@@ -157,9 +157,18 @@ def _request_args(model: str, spec: RequestSpec) -> dict[str, Any]:
     if spec.is_tokens:
         args["prompt"] = list(spec.prompt)
     else:
-        user = {"role": "user", "content": spec.prompt}
-        args["messages"] = [{"role": "system", "content": spec.system}, user] if spec.system is not None else [user]
+        args["messages"] = chat_messages(spec)
     return args
+
+
+def chat_messages(spec: RequestSpec) -> list[dict[str, str]]:
+    """The chat a text request sends: its system message, if any, then the user message.
+
+    >>> chat_messages(RequestSpec(0, "question", 1, 4, system="rules"))
+    [{'role': 'system', 'content': 'rules'}, {'role': 'user', 'content': 'question'}]
+    """
+    user = {"role": "user", "content": spec.prompt}
+    return [{"role": "system", "content": spec.system}, user] if spec.system is not None else [user]
 
 
 async def _stream(client: Any, model: str, spec: RequestSpec, arrivals: list[float], chunks: list[bytes]) -> None:

@@ -72,8 +72,12 @@ class ServerTokenizer:
 
     def count_chat(self, content: str) -> int:
         """Tokens of one user message after the chat template: what usage.prompt_tokens reports."""
-        body = {"model": self.model, "messages": [{"role": "user", "content": content}], "add_generation_prompt": True}
-        return int(self._post("/tokenize", body)["count"])
+        return len(self.encode_chat([{"role": "user", "content": content}]))
+
+    def encode_chat(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Token ids of a chat once the server's chat template is applied, ready for the answer."""
+        body = {"model": self.model, "messages": list(messages), "add_generation_prompt": True}
+        return list(self._post("/tokenize", body)["tokens"])
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(

@@ -21,10 +21,10 @@ from typing import Any
 
 from helpers import validate
 from helpers.hardware import detect_cpu, other_vllm_servers
-from helpers.load.client import DEFAULT_TIMEOUT_S
+from helpers.load.client import DEFAULT_TIMEOUT_S, chat_messages
 from helpers.load.poller import watch
 from helpers.load.run import run_load_test
-from helpers.load.workload import Workload
+from helpers.load.workload import ServerTokenizer, Workload
 from helpers.tuning.arithmetic import GIB
 from helpers.tuning.measurement import CapacityPoint, Measurement
 
@@ -55,25 +55,13 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
     return Measurement(lever, setting, run, samples, getattr(server.config, "max_num_seqs", None), others)
 
 
-def chat_token_ids(server: Any, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of a chat once the server's chat template is applied (its ``/tokenize``)."""
-    import httpx
-
-    body = {"model": server.model_name, "messages": messages, "add_generation_prompt": True}
-    response = httpx.post(f"{server.url}/tokenize", json=body, timeout=30.0,
-                          headers={"Authorization": f"Bearer {getattr(server, 'api_key', 'not-needed')}"})
-    response.raise_for_status()
-    return list(response.json()["tokens"])
-
 
 def shared_prefix_tokens(server: Any, workload: Workload) -> int:
     """Tokens the first two requests of ``workload`` have in common once the server's chat
     template is applied: the most any request can share with another (template, system
     prompt, and the start of the user turn). Asks the server's ``/tokenize``."""
-    ids = []
-    for spec in workload.requests[:2]:
-        messages = [{"role": "system", "content": spec.system}] if spec.system is not None else []
-        ids.append(chat_token_ids(server, messages + [{"role": "user", "content": spec.prompt}]))
+    tokenizer = ServerTokenizer.of(server)
+    ids = [tokenizer.encode_chat(chat_messages(spec)) for spec in workload.requests[:2]]
     if len(ids) < 2:
         return 0
     common = 0
