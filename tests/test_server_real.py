@@ -22,6 +22,7 @@ from helpers.errors import (
     StartupTimeoutError,
 )
 from helpers.hardware import detect_device
+from helpers.serve import process
 from helpers.serve.server import VLLMServer, running_servers, start_server
 from tests.conftest import vllm_processes, wait_until_gone
 
@@ -77,13 +78,13 @@ def test_another_server_on_the_port_does_not_count_as_ours(server):
     impostor.port, impostor.model_name = server.port, server.model_name
     impostor.process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert impostor._answers_as_ours() is False
-        assert impostor._port_held_by_another_process() is True  # so its start fails fast
+        assert process.answers_as_ours(impostor) is False
+        assert process.port_held_by_another(impostor) is True  # so its start fails fast
     finally:
         impostor.process.kill()
         impostor.process.wait()
-    assert server._answers_as_ours() is True
-    assert server._port_held_by_another_process() is False
+    assert process.answers_as_ours(server) is True
+    assert process.port_held_by_another(server) is False
 
 
 def test_choosing_a_port_skips_one_that_is_bound_but_not_yet_listening():

@@ -3,8 +3,11 @@ notebook and the lab start their servers through it).
 
 - :mod:`~helpers.serve.server` (I/O): :class:`VLLMServer` and :func:`start_server`, what a notebook holds.
 - :mod:`~helpers.serve.preflight` (I/O): checks before launch: device, dtype, free memory, a free port.
-- :mod:`~helpers.serve.process` (I/O): the server's process group, its watchdog, its port, its log file.
-- :mod:`~helpers.serve._orphan_guard` (I/O): the watchdog process that stops a server whose kernel died.
+- :mod:`~helpers.serve.process` (I/O): spawning the server, its watchdog, its port, its log and temporary files.
+- :mod:`~helpers.serve.group` (I/O): the server's processes as one unit: found by session, ended together.
+- :mod:`~helpers.serve._orphan_guard` (I/O): the watchdog process that ends a server whose kernel died,
+  or which lost one of its own processes.
+- :mod:`~helpers.serve.key_guard` (runs inside vLLM): the classroom key on every route but four read-only ones.
 - :mod:`~helpers.serve.access` (I/O): the OpenAI clients and keyed GET every server object offers.
 - :mod:`~helpers.serve.classroom` (I/O): :func:`connect` to a shared server an instructor started.
 - :mod:`~helpers.serve.config` (pure): :class:`ServerConfig`, checked, and the command line it becomes.

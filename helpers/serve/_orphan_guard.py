@@ -1,22 +1,37 @@
-"""A tiny watchdog process: when the Python process that started a vLLM server is gone
-(a kernel killed or restarted, a crashed script), it stops the server's whole process group.
+"""A tiny watchdog process beside every server the course starts. It ends the whole server when
 
-A process started with its own session does not die with its parent, and a killed kernel
-runs no clean-up code, so something outside the kernel has to notice. Started by
-:func:`helpers.serve.process.start_orphan_guard`; run as ``python -m helpers.serve._orphan_guard OWNER_PID OWNER_START PGID``.
+- the Python process that started it is gone (a kernel killed or restarted, a crashed script):
+  a server started in a session of its own does not die with its parent, and a killed kernel
+  runs no clean-up code, so something outside the kernel has to notice;
+- one of the server's own processes dies (the API server, its ``VLLM::EngineCore`` or a
+  ``VLLM::Worker``): what is left can no longer serve, and would hold the CPU or the GPU's
+  memory until someone noticed. The watchdog writes what died at the end of the server's log
+  (:data:`NOTE_PREFIX`), where :class:`helpers.serve.server.VLLMServer` reads it back.
+
+It leaves the server alone while ``stop()`` ends it on purpose (the helper sends it SIGUSR1
+first), and exits once no process of the server is left, removing the server's temporary
+folder and any shared memory it saw the server hold. Started by
+:func:`helpers.serve.process.start_orphan_guard`; run as
+``python -m helpers.serve._orphan_guard OWNER_PID OWNER_START SESSION LOG_PATH TEMP_DIR``.
 """
 
 from __future__ import annotations
 
-import os
+import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
-POLL_S = 1.0  # how quickly an orphaned server is noticed
-GRACE_S = 10.0  # vLLM reaps its engine processes in about 1.5 s after SIGTERM
+from helpers.serve import group
+
+POLL_S = 0.5  # how quickly a dead process or an orphaned server is noticed
+MAPS_EVERY_S = 5.0  # how often the server's shared memory is listed (reading maps costs CPU)
+ORPHAN_GRACE_S = 10.0  # vLLM reaps its engine processes in about 1.5 s after SIGTERM
+BROKEN_GRACE_S = 2.0  # a server missing a process has nothing left to finish
+NOTE_PREFIX = "[vllm-course watchdog]"
 
 
 def owner_alive(pid: int, create_time: float) -> bool:
@@ -28,38 +43,44 @@ def owner_alive(pid: int, create_time: float) -> bool:
         return False
 
 
-def group_alive(pgid: int) -> bool:
-    """True while any process of the group is left, zombies excluded."""
-    for process in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(process.pid) == pgid and process.info["status"] != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
+def death_note(lost: dict[int, str], left: list[str]) -> str:
+    """The line the watchdog adds to the log when a process of the server died.
 
-
-def kill_group(pgid: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the group, wait for a clean exit, then SIGKILL whatever is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and group_alive(pgid):
-            time.sleep(0.2)
-        if not group_alive(pgid):
-            return
+    >>> death_note({812: "VLLM::EngineCore"}, ["api_server"])
+    '[vllm-course watchdog] VLLM::EngineCore (pid 812) died; the watchdog ended the rest of the server (api_server).'
+    """
+    what = ", ".join(f"{name} (pid {pid})" for pid, name in sorted(lost.items()))
+    rest = f" ({', '.join(left)})" if left else ""
+    return f"{NOTE_PREFIX} {what} died; the watchdog ended the rest of the server{rest}."
 
 
 def main(argv: list[str]) -> int:
-    owner_pid, owner_start, pgid = int(argv[0]), float(argv[1]), int(argv[2])
-    while group_alive(pgid):
+    owner_pid, owner_start, session = int(argv[0]), float(argv[1]), int(argv[2])
+    log_path, temp_dir = Path(argv[3]), Path(argv[4])
+    stopping = []
+    signal.signal(signal.SIGUSR1, lambda *_: stopping.append(True))
+    cores: dict[int, str] = {}
+    shared: set[str] = set()
+    last_maps = 0.0
+    while procs := group.members(session):
+        live = {proc.pid for proc in procs}
+        if time.monotonic() - last_maps > MAPS_EVERY_S:
+            shared |= group.shared_memory_files(procs)
+            last_maps = time.monotonic()
         if not owner_alive(owner_pid, owner_start):
-            kill_group(pgid)
-            return 0
+            group.end_session(session, ORPHAN_GRACE_S, shared)
+            break
+        lost = {pid: name for pid, name in cores.items() if pid not in live}
+        if lost and not stopping:
+            names = sorted(group.name_of(proc) for proc in procs)
+            ended = group.end_session(session, BROKEN_GRACE_S, shared)
+            with open(log_path, "a") as log:
+                log.write("\n" + death_note(lost, names) + f" ({ended})\n")
+            break
+        cores.update(group.core_processes(procs, session))
         time.sleep(POLL_S)
+    group.remove_files(shared)
+    shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
 
 

@@ -18,9 +18,11 @@ accepts) with the ``client()`` / ``async_client()`` / ``get()`` of :class:`helpe
 as a :class:`~helpers.serve.server.VLLMServer` has. The key never appears in its repr, so printing
 it in a notebook does not leak it.
 
-What the key protects, in vLLM 0.32: every path under ``/v1`` (chat, completions, models).
-``/health``, ``/version``, ``/metrics``, ``/tokenize`` and ``/detokenize`` answer without it,
-so anyone who can reach the port can read the server's metrics and use its tokenizer.
+What the key protects: every route but ``GET /health``, ``GET /ping``, ``GET /version`` and
+``GET /metrics``. vLLM's own key covers only ``/v1``; the course adds
+:mod:`helpers.serve.key_guard` (vLLM's ``--middleware``) so that ``/invocations``, ``/tokenize``,
+``/scale_elastic_ep`` and the rest need it too. Anyone who can reach the port can still read
+the server's metrics: bind a classroom network only.
 
 Why a class should not load-test one server together: every student's requests share the same
 batch, KV cache and CPU/GPU, so each one measures the sum of everybody's load. See

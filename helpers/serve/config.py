@@ -53,6 +53,7 @@ DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": 
           "float32": "float32", "float": "float32"}
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment variables shown as <hidden>
 HIDDEN = "<hidden>"
+KEY_GUARD = "helpers.serve.key_guard.RequireKeyEverywhere"  # the key on every route, not only /v1
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,8 @@ def build_launch(
 
     >>> cfg = ServerConfig(port=8000, host="0.0.0.0", api_key="s3cret")
     >>> launch = build_launch(cfg, device="cuda", model="/m", served_name="m", machine_env={})
-    >>> launch.env, "s3cret" in launch.argv
-    ({'VLLM_API_KEY': 's3cret'}, False)
+    >>> launch.env, "s3cret" in launch.argv, launch.argv[-2:]
+    ({'VLLM_API_KEY': 's3cret'}, False, ['--middleware', 'helpers.serve.key_guard.RequireKeyEverywhere'])
     """
     if config.port is None:
         raise ConfigError("build_launch needs a concrete port; VLLMServer picks one.")
@@ -198,6 +199,8 @@ def build_launch(
     if config.api_key:
         # Through the environment, not argv: argv is visible to every user in `ps`.
         env["VLLM_API_KEY"] = config.api_key
+        # vLLM's own key guards /v1 only; this one guards every route (helpers.serve.key_guard).
+        argv += ["--middleware", KEY_GUARD]
     return Launch(argv, env)
 
 

@@ -1,10 +1,12 @@
 """The operating-system side of a vLLM server: its process group, its watchdog, its port, its log file.
 
-- :func:`spawn_server` starts the server in its own process group (so one signal reaches every
-  child) with its output in a log file; :func:`start_orphan_guard` starts the watchdog of
-  :mod:`helpers.serve._orphan_guard`, which stops that group when the Python process that
-  started it is gone (a killed kernel runs no clean-up code of its own);
-- :func:`stop_process_group` stops the group: SIGTERM, then SIGKILL, then any straggler;
+- :func:`spawn_server` starts the server in a session of its own (so one signal reaches every
+  child) with its output in a log file and its temporary files in a folder of its own;
+  :func:`start_orphan_guard` starts the watchdog of :mod:`helpers.serve._orphan_guard`, which
+  ends the server when the Python process that started it is gone (a killed kernel runs no
+  clean-up code of its own) or when one of the server's own processes dies;
+- :func:`stop_server_processes` ends every process of the session (:mod:`helpers.serve.group`)
+  and removes the server's files;
 - :func:`listens_on` and :func:`loaded_kernel_libraries` look at the running processes.
 
 Used by :class:`helpers.serve.server.VLLMServer`.
@@ -12,76 +14,96 @@ Used by :class:`helpers.serve.server.VLLMServer`.
 
 from __future__ import annotations
 
+import getpass
+import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from helpers.paths import COURSE_ROOT, build_dir
+from helpers.serve import group
 from helpers.serve.config import Launch
+from helpers.serve.group import GroupEnd
 
 # vLLM's CPU build loads one of these, chosen by the CPU's instruction sets
 CPU_KERNEL_LIBRARIES = ("_C.abi3.so", "_C_AVX512.abi3.so", "_C_AVX2.abi3.so")
 
 
-def spawn_server(launch: Launch, log_path: Path) -> subprocess.Popen[bytes]:
-    """Start the server in its own process group (one signal then reaches every child), its
-    output going to ``log_path``."""
+def spawn_server(launch: Launch, log_path: Path, temp_dir: Path) -> subprocess.Popen[bytes]:
+    """Start the server in a session of its own (one signal then reaches every child, and the
+    session id finds them all later), its output going to ``log_path``, its temporary files in
+    ``temp_dir`` (removed with the server: vLLM leaves a ``vllm_dist_*`` file there at each start)."""
+    env = {**os.environ, **launch.env, **private_temp_env(temp_dir)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
     with open(log_path, "wb") as log:
-        return subprocess.Popen(
-            launch.argv,
-            env={**os.environ, **launch.env},
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return subprocess.Popen(launch.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def start_orphan_guard(server_pid: int) -> subprocess.Popen[bytes]:
-    """Start the watchdog that stops the server's group once this Python process is gone."""
+def new_temp_dir(port: int) -> Path:
+    """A fresh folder for one server's temporary files."""
+    return Path(tempfile.mkdtemp(prefix=f"vllm-course-port{port}-"))
+
+
+def private_temp_env(temp_dir: Path) -> dict[str, str]:
+    """TMPDIR for one server; torch's compile cache stays where it was, shared between starts."""
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+    return {"TMPDIR": str(temp_dir), "TORCHINDUCTOR_CACHE_DIR": inductor}
+
+
+def start_orphan_guard(server_pid: int, log_path: Path, temp_dir: Path) -> subprocess.Popen[bytes]:
+    """Start the watchdog of :mod:`helpers.serve._orphan_guard` for the server ``server_pid``."""
     me = psutil.Process()
+    argv = [sys.executable, "-m", "helpers.serve._orphan_guard", str(me.pid), repr(me.create_time()),
+            str(server_pid), str(log_path), str(temp_dir)]
     return subprocess.Popen(
-        [sys.executable, "-m", "helpers.serve._orphan_guard", str(me.pid), repr(me.create_time()), str(server_pid)],
-        env={**os.environ, "PYTHONPATH": str(COURSE_ROOT)},
+        argv, env={**os.environ, "PYTHONPATH": str(COURSE_ROOT)},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,  # survives the kernel's own process group being killed
     )
 
 
-def stop_process_group(process: subprocess.Popen[bytes], timeout: float) -> None:
-    """Stop the process's group: SIGTERM lets vLLM reap its engine; SIGKILL if it hangs."""
+def stop_server_processes(process: subprocess.Popen[bytes], timeout: float, temp_dir: Path | None) -> GroupEnd:
+    """End every process of the server's session, bounded, and remove its files; see :mod:`helpers.serve.group`."""
+    ended = group.end_session(process.pid, grace_s=timeout, leader=process)
     try:
-        members = [process.pid, *(child.pid for child in psutil.Process(process.pid).children(recursive=True))]
-    except psutil.NoSuchProcess:
-        members = [process.pid]
-    for sig, wait_s in ((15, timeout), (9, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            process.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        _, alive = psutil.wait_procs(_existing(members), timeout=wait_s)
-        if not alive:
-            return
-    for straggler in _existing(members):  # children that left the group, if any
-        straggler.kill()
+        process.wait(timeout=1)  # reap the API server if nobody did
+    except subprocess.TimeoutExpired:
+        pass
+    if temp_dir is not None and not ended.left:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    return ended
 
 
-def _existing(pids: list[int]) -> list[psutil.Process]:
-    found = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return found
+def answers_as_ours(server: Any) -> bool:
+    """Healthy, serving the server's model name, and the listening socket belongs to its process
+    (another server on the same port cannot pass for it)."""
+    try:
+        if server.get("/health", timeout=2) is None:
+            return False
+        models = json.loads(server.get("/v1/models", timeout=5))
+    except (OSError, ValueError):
+        return False
+    names = {entry.get("id") for entry in models.get("data", [])}
+    return server.model_name in names and listens_on(server.process.pid, server.port)
+
+
+def port_held_by_another(server: Any) -> bool:
+    """True when something listens on the server's port and it is not the server's process."""
+    try:
+        socket.create_connection((server.client_host, server.port), timeout=1).close()
+    except OSError:
+        return False
+    return not listens_on(server.process.pid, server.port)
 
 
 def listens_on(pid: int, port: int) -> bool:

@@ -8,9 +8,10 @@ in its own process group, logging to a file, and:
   start-up milestones as they happen; another server on the same port cannot fool it;
 - on failure raises :class:`helpers.errors.ServerStartError` naming the cause found in the
   log, with the log's last lines;
-- stops the whole process group (SIGTERM, then SIGKILL), on ``stop()``, at the end of a
-  ``with`` block, on an interrupted cell, at interpreter exit, and, through a watchdog
-  process, when the kernel itself is killed;
+- stops every process of the server (SIGTERM, then SIGKILL; bounded) and removes its files, on
+  ``stop()``, at the end of a ``with`` block, on an interrupted cell, at interpreter exit, and,
+  through a watchdog process, when the kernel itself is killed or any one of the server's
+  processes dies (:attr:`VLLMServer.death_note` then says which);
 - reports the engine's KV-cache capacity as a :class:`helpers.serve.log.KVCacheReport`.
 
 The checks before launch are in :mod:`helpers.serve.preflight`, the process plumbing (process
@@ -28,8 +29,7 @@ Example::
 from __future__ import annotations
 
 import atexit
-import json
-import socket
+import signal
 import subprocess
 import time
 from dataclasses import fields, replace
@@ -38,7 +38,8 @@ from typing import Any
 
 from helpers.errors import ConfigError, ServerStartError, StartupTimeoutError
 from helpers.hardware import Device
-from helpers.serve import preflight, process
+from helpers.serve import group, preflight, process
+from helpers.serve._orphan_guard import NOTE_PREFIX
 from helpers.serve.access import ServerAccess
 from helpers.serve.config import Launch, ServerConfig, build_launch
 from helpers.serve.log import Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, startup_phases, tail
@@ -66,7 +67,10 @@ class VLLMServer(ServerAccess):
         self.kv_cache: KVCacheReport | None = None
         self.startup_seconds: float | None = None
         self.startup_timeline: list[tuple[float, str]] = []  # (seconds since launch, milestone)
+        self.last_stop: group.GroupEnd | None = None  # how the last stop() went
         self._guard: subprocess.Popen[bytes] | None = None
+        self._temp_dir: Path | None = None
+        self._cores: dict[int, str] = {}  # pid -> name of the processes the server cannot lose
 
     # ----- what a notebook uses -------------------------------------------------------
     @property
@@ -90,7 +94,20 @@ class VLLMServer(ServerAccess):
         return self.config.api_key or "not-needed"
 
     def is_running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        """True while the API server and every engine process it started are alive."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        return all(pid in {p.pid for p in group.members(self.process.pid)} for pid in self._cores)
+
+    def holds_processes(self) -> bool:
+        """True while any process of the server is left, however broken."""
+        return self.process is not None and bool(group.members(self.process.pid))
+
+    @property
+    def death_note(self) -> str | None:
+        """What the watchdog wrote when a process of this server died, else None."""
+        notes = [line for line in self.log_text().splitlines() if line.startswith(NOTE_PREFIX)]
+        return notes[-1][len(NOTE_PREFIX):].strip() if notes else None
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
@@ -106,6 +123,8 @@ class VLLMServer(ServerAccess):
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"
+        if not self.is_running() and self.death_note:
+            state += f" ({self.death_note.split(';')[0]})"
         return f"<VLLMServer {state} {self.model_name or self.config.model} on {self.url if self.port else '-'}>"
 
     # ----- lifecycle ---------------------------------------------------------------------
@@ -154,22 +173,33 @@ class VLLMServer(ServerAccess):
         say(f"ready in {self.startup_seconds:.1f} s: {self.base_url} serves {self.model_name!r}")
         return self
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop the server and every process it started; safe to call twice."""
+    def stop(self, timeout: float = 15.0) -> group.GroupEnd | None:
+        """Stop the server and every process it started, and remove its files; safe to call twice.
+
+        Returns only once the last process is gone (SIGTERM, ``timeout`` seconds, SIGKILL), with
+        what it took: ``print(server.stop())`` says how long and whether anything had to be killed."""
         running, self.process = self.process, None
-        if running is not None:
-            process.stop_process_group(running, timeout)
-            self.process = running  # keep the exit code readable; poll() is no longer None
-        if self._guard is not None and self._guard.poll() is None:
-            self._guard.kill()
-            self._guard.wait()
+        ended = None
+        if running is not None and (running.poll() is None or group.members(running.pid)):
+            if self._guard is not None and self._guard.poll() is None:
+                self._guard.send_signal(signal.SIGUSR1)  # a stop on purpose: no death note
+            ended = self.last_stop = process.stop_server_processes(running, timeout, self._temp_dir)
+        self.process = running  # keep the exit code readable; poll() is no longer None
+        if self._guard is not None:
+            try:
+                self._guard.wait(timeout=5)  # it leaves once the server's last process is gone
+            except subprocess.TimeoutExpired:
+                self._guard.kill()
+                self._guard.wait()
         _LIVE.discard(self)
+        return ended
 
     def _spawn(self) -> None:
         assert self.launch is not None and self.log_path is not None
-        self.process = process.spawn_server(self.launch, self.log_path)
+        self._temp_dir = process.new_temp_dir(self.port)
+        self.process = process.spawn_server(self.launch, self.log_path, self._temp_dir)
         _LIVE.add(self)
-        self._guard = process.start_orphan_guard(self.process.pid)
+        self._guard = process.start_orphan_guard(self.process.pid, self.log_path, self._temp_dir)
 
     def kernel_libraries(self) -> set[str]:
         """Which of vLLM's CPU kernel libraries its processes loaded: ``_C.abi3.so`` (AVX-512 with
@@ -199,10 +229,11 @@ class VLLMServer(ServerAccess):
             seen_lines = len(lines)
             if self.process.poll() is not None:
                 self._fail(ServerStartError, "exited during start-up")
-            if self._answers_as_ours():
+            if process.answers_as_ours(self):
                 self.startup_timeline.append((time.monotonic() - launched, "ready"))
+                self._cores = group.core_processes(group.members(self.process.pid), self.process.pid)
                 return
-            if self._port_held_by_another_process():
+            if process.port_held_by_another(self):
                 # Another server took the port between our check and vLLM's listen(): ours
                 # would never answer there, so fail now instead of at the timeout.
                 self._fail(ServerStartError, f"lost port {self.port} to another process",
@@ -213,29 +244,6 @@ class VLLMServer(ServerAccess):
                 say("still starting...")
                 last_news = time.monotonic()
             time.sleep(0.5)
-
-    def _answers_as_ours(self) -> bool:
-        """Healthy, serving our model name, and the listening socket belongs to our process."""
-        try:
-            if self.get("/health", timeout=2) is None:
-                return False
-            models = json.loads(self.get("/v1/models", timeout=5))
-        except (OSError, ValueError):
-            return False
-        names = {entry.get("id") for entry in models.get("data", [])}
-        return self.model_name in names and self._owns_port()
-
-    def _port_held_by_another_process(self) -> bool:
-        """True when something listens on our port and it is not our server."""
-        try:
-            socket.create_connection((self.client_host, self.port), timeout=1).close()
-        except OSError:
-            return False
-        return not self._owns_port()
-
-    def _owns_port(self) -> bool:
-        assert self.process is not None
-        return process.listens_on(self.process.pid, self.port)
 
     def _fail(self, error: type[ServerStartError], what: str, found: Diagnosis | None = None) -> None:
         returncode = self.process.poll() if self.process else None
@@ -263,8 +271,15 @@ def start_server(config: ServerConfig | None = None, *, quiet: bool = False, **s
 
 
 def running_servers() -> list[VLLMServer]:
-    """The servers this Python process started and has not stopped."""
-    return [server for server in _LIVE if server.is_running()]
+    """The servers this Python process started and has not stopped; a server that lost one of
+    its processes is ended here (what is left of it cannot serve) and not listed."""
+    whole = []
+    for server in list(_LIVE):
+        if server.is_running():
+            whole.append(server)
+        elif server.holds_processes() or server.process is not None:
+            server.stop()
+    return whole
 
 
 def stop_all_servers() -> None:

@@ -1,0 +1,91 @@
+"""Ending a server's session and the watchdog, on plain Python processes (fast; the same code
+on a real vLLM server is tested in test_server_unit.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from tests.conftest import wait_until_gone
+from helpers.serve import group, process
+from helpers.serve._orphan_guard import NOTE_PREFIX
+
+# A leader with two children: one that ignores SIGTERM, one named like the resource tracker
+# (which ignores SIGTERM too and leaves once the others are gone).
+LEADER = """
+import signal, subprocess, sys, time
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
+tracker = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); parent = os.getppid()\\n"
+           "print('up', flush=True)\\n"
+           "# multiprocessing." "resource_tracker\\n"  # the marker only in the child's command line
+           "while os.getppid() == parent: time.sleep(0.05)")
+subprocess.Popen([sys.executable, "-c", stubborn]); subprocess.Popen([sys.executable, "-c", tracker])
+print("ready", flush=True); time.sleep(120)
+"""
+
+
+def _session(tmp_path):
+    leader = subprocess.Popen([sys.executable, "-c", LEADER], start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    # Each child says "up" once its SIGTERM is ignored: a signal sent earlier would still kill it.
+    assert sorted(leader.stdout.readline().strip() for _ in range(3)) == [b"ready", b"up", b"up"]
+    return leader
+
+
+def test_end_session_ends_every_member_and_waits_for_the_last(tmp_path):
+    leader = _session(tmp_path)
+    pids = [p.pid for p in group.members(leader.pid)]
+    shm = tmp_path / "pretend-shm-object"
+    shm.write_text("x")
+    ended = group.end_session(leader.pid, grace_s=1.0, extra_files={str(shm)}, leader=leader)
+    assert len(ended.ended) == 3 and ended.left == [] and "resource_tracker" in ended.ended
+    assert "python3" in " ".join(ended.killed) or "python" in " ".join(ended.killed)  # the stubborn child
+    assert "resource_tracker" not in ended.killed  # it left by itself once the others were gone
+    assert wait_until_gone(pids, timeout=0) == [] and leader.returncode is not None
+    assert not shm.exists() and ended.removed_files == 1
+    assert f"in {ended.seconds:.1f} s" in str(ended)
+
+
+def test_the_watchdog_ends_the_rest_when_the_leader_dies_and_says_so(tmp_path):
+    leader = _session(tmp_path)
+    pids = [p.pid for p in group.members(leader.pid)]
+    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
+    log.write_text("vLLM's own lines\n")
+    temp_dir.mkdir()
+    guard = process.start_orphan_guard(leader.pid, log, temp_dir)
+    try:
+        time.sleep(1.5)  # the watchdog has seen the processes it must not lose
+        os.kill(leader.pid, signal.SIGKILL)
+        assert wait_until_gone(pids, timeout=5) == [], "the watchdog left part of the session alive"
+        guard.wait(timeout=10)
+        note = [line for line in log.read_text().splitlines() if line.startswith(NOTE_PREFIX)]
+        assert len(note) == 1 and f"(pid {leader.pid})" in note[0] and "watchdog ended the rest" in note[0]
+        assert not temp_dir.exists()
+    finally:
+        guard.kill()
+        group.end_session(leader.pid, grace_s=0.5, leader=leader)
+
+
+def test_a_stop_on_purpose_leaves_no_death_note(tmp_path):
+    leader = _session(tmp_path)
+    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
+    log.write_text("")
+    temp_dir.mkdir()
+    guard = process.start_orphan_guard(leader.pid, log, temp_dir)
+    time.sleep(1.5)
+    guard.send_signal(signal.SIGUSR1)
+    time.sleep(0.2)
+    process.stop_server_processes(leader, timeout=1.0, temp_dir=temp_dir)
+    guard.wait(timeout=10)
+    assert NOTE_PREFIX not in log.read_text() and not temp_dir.exists()
+
+
+def test_members_skips_zombies_and_other_sessions():
+    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    time.sleep(0.5)  # exited, not reaped: a zombie holds nothing
+    assert group.members(child.pid) == []
+    child.wait()
+    assert psutil.Process().pid in {p.pid for p in group.members(os.getsid(0))}
