@@ -8,6 +8,10 @@ made with the defaults:
 
 About 17 minutes on a quiet 2-core CPU machine (max_num_seqs=1 alone takes 2 x 130 s); run it when no other vLLM server is running
 (the script says how many it saw and the load average, and records both in every file).
+
+If a server dies mid-sweep (or will not start), what was measured is kept and saved, the load
+tests that could not run are listed with their reason (and saved in <start>-not-run.json), and
+the script exits with status 1.
 """
 
 from __future__ import annotations
@@ -65,7 +69,12 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     result = asyncio.run(run_sweep(args.settings, plan, out, attempts=START_ATTEMPTS, quiet=True))
     print(f"\ndone in {time.monotonic() - began:.0f} s\n")
-    print(format_table(runs_table(result.runs, pooled=True), POOLED_COLUMNS))
+    print(format_table(runs_table(result.runs, pooled=True), POOLED_COLUMNS), flush=True)
+    if result.not_run:
+        print(f"\nlab_sweep: the sweep is incomplete. {result.describe_not_run()}\n"
+              f"What was measured is saved in {out}; the load tests not run are listed in {result.not_run_file}.",
+              file=sys.stderr)
+        return 1
     return 0
 
 

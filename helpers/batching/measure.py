@@ -27,7 +27,8 @@ for, no chat template, no prefix-cache hit) and exactly `max_tokens` output toke
 (`ignore_eos`). Records are `helpers.load.client.RequestRecord`s; they never raise. All
 traffic goes to the server it is given (127.0.0.1 in the course); counts are small and
 every request has the load tester's timeout (`helpers.load.client.DEFAULT_TIMEOUT_S`: a
-request queued behind others on a busy machine must not be cut short). The numbers made from the records: `helpers.batching.measure_stats`.
+request queued behind others on a busy machine must not be cut short). The numbers made
+from the records: `helpers.batching.measure_stats`.
 
 Taught in `notebooks/04_continuous_batching.ipynb`.
 
@@ -60,6 +61,7 @@ from helpers.load.poller import scrape
 from helpers.load.run import run_load_test
 from helpers.load.summary import describe_failures
 from helpers.load.workload import Workload, token_prompt
+from helpers.serve.process import death_of
 
 
 async def _send(server: Any, specs: Sequence[RequestSpec], label: str, seed: int = 0) -> list[RequestRecord]:
@@ -86,7 +88,10 @@ async def send_trace(server: Any, trace: Sequence[BatchRequest], seed: int = 0,
 
     Every request of the trace is sent (keep traces small: this is a bounded load). When some
     fail, it prints how many and why (e.g. "2 of 20 requests failed: APIConnectionError: ...")
-    unless `quiet`; failed records keep None for the times they never reached.
+    unless `quiet`; failed records keep None for the times they never reached. A server that
+    dies during the replay ends it at once (requests not yet answered fail fast; those not yet
+    due fail at their arrival time): the records of what finished before are kept, and the
+    message says the server died.
     """
     if not trace:
         raise validate.InvalidArgumentError("the trace is empty: pass at least one BatchRequest.")
@@ -95,7 +100,10 @@ async def send_trace(server: Any, trace: Sequence[BatchRequest], seed: int = 0,
     records = await _send(server, specs, "trace replay", seed)
     failures = describe_failures(records)
     if failures and not quiet:
-        print(failures)
+        death = death_of(server)
+        finished = sum(r.ok for r in records)
+        print(failures if death is None else
+              f"{death} during the replay: {finished} of {len(records)} requests finished before it (kept). {failures}")
     return records
 
 
@@ -130,6 +138,12 @@ async def measure_step_times(
     sum(batch_sizes) * repeats requests of `output_len` tokens, plus `repeats` prefills.
     Batch sizes above the server's max_num_seqs would queue and measure nothing useful.
 
+    A timing with a failed request is left out and counted as lost (`StepFitData.lost`). When
+    the server dies, measuring stops at once: what was measured before is returned, every
+    timing not made is listed as lost with the reason (`StepFitData.stopped`, e.g. "server
+    died: exit code -9"), and a line says how many timings and requests were lost. The fit
+    then uses what is there, or says there are too few points (`StepFitData.fit`).
+
     Attention makes a long context cost more, and the step-time model has no term for context
     length, so measure at contexts like the load you want to predict: decode prompts default
     to 256 tokens (the lab averages 212-token prompts, plus the answer so far; on the course's
@@ -148,28 +162,57 @@ async def measure_step_times(
     rng = np.random.default_rng(seed)
     began = time.monotonic()
     records: dict[str, list[RequestRecord]] = {}
-    decode_rates: dict[int, list[float]] = {b: [] for b in batch_sizes}
-    ttfts: list[float] = []
-    await _send(server, _specs([prompt_len], [4], rng), "warm-up")
+    timings: dict[int | None, list[float]] = {b: [] for b in (*batch_sizes, None)}  # None: the prefill
+    lost: list[str] = []
+    not_sent = 0
+    warm_up = await _send(server, _specs([prompt_len], [4], rng), "warm-up")
+    stopped = None if all(r.ok for r in warm_up) else death_of(server)
     server_timed = True
-    for _ in range(repeats):
-        for b in batch_sizes:
-            before = await _server_timer_totals(server)
-            batch = await _send(server, _specs([prompt_len] * b, [output_len] * b, rng), f"decode x{b}")
-            records.setdefault(f"decode x{b}", []).extend(batch)
-            client_rate = decode_tok_s(batch)  # raises if a request failed
-            decode_s = server_mean_seconds(before, await _server_timer_totals(server),
-                                           "request_decode_time_seconds", b)
-            server_timed &= decode_s is not None
-            decode_rates[b].append(client_rate if decode_s is None else b * (output_len - 1) / decode_s)
-        before = await _server_timer_totals(server)
-        [single] = await _send(server, _specs([prefill_len], [1], rng), f"prefill {prefill_len} tokens")
-        records.setdefault(f"prefill {prefill_len} tokens", []).append(single)
-        if single.ttft_s is None:
-            raise RuntimeError(f"the prefill measurement request failed: {single.error}")
-        ttft_s = server_mean_seconds(before, await _server_timer_totals(server), "time_to_first_token_seconds", 1)
-        server_timed &= ttft_s is not None
-        ttfts.append(single.ttft_s if ttft_s is None else ttft_s)
-    measurements = [StepMeasurement.decode(b, statistics.median(decode_rates[b])) for b in batch_sizes]
-    measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(ttfts)))
-    return StepFitData(measurements, records, time.monotonic() - began, "server" if server_timed else "client")
+    for repeat in range(repeats):
+        for b in (*batch_sizes, None):
+            label = f"decode x{b}" if b is not None else f"prefill {prefill_len} tokens"
+            if stopped is not None:
+                lost.append(f"{label} (repeat {repeat + 1})")
+                not_sent += b or 1
+                continue
+            specs = (_specs([prompt_len] * b, [output_len] * b, rng) if b is not None else
+                     _specs([prefill_len], [1], rng))
+            batch, value, by_server = await _timed(server, specs, label, output_len)
+            records.setdefault(label, []).extend(batch)
+            if value is None:
+                lost.append(f"{label} (repeat {repeat + 1})")
+                stopped = death_of(server)
+                continue
+            server_timed &= by_server
+            timings[b].append(value)
+    measurements = [StepMeasurement.decode(b, statistics.median(timings[b])) for b in batch_sizes if timings[b]]
+    if timings[None]:
+        measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(timings[None])))
+    data = StepFitData(measurements, records, time.monotonic() - began,
+                       "server" if server_timed and measurements else "client", lost=tuple(lost), stopped=stopped,
+                       planned=repeats * (len(batch_sizes) + 1), requests_not_sent=not_sent)
+    if (losses := data.describe_losses()) is not None:
+        print(losses)
+    return data
+
+
+async def _timed(server: Any, specs: list[RequestSpec], label: str,
+                 output_len: int) -> tuple[list[RequestRecord], float | None, bool]:
+    """Send one timing's requests: their records, the timing (a decode batch's output tok/s, or a
+    prefill's time to first token; None when a request failed or could not be timed) and
+    whether the server's clock timed it (else the client's)."""
+    timer = "time_to_first_token_seconds" if label.startswith("prefill") else "request_decode_time_seconds"
+    before = await _server_timer_totals(server)
+    batch = await _send(server, specs, label)
+    if not all(r.ok for r in batch):
+        return batch, None, False
+    server_s = server_mean_seconds(before, await _server_timer_totals(server), timer, len(batch))
+    if timer == "time_to_first_token_seconds":
+        client_s = batch[0].ttft_s
+        return batch, (client_s if server_s is None else server_s), server_s is not None
+    if server_s is not None:
+        return batch, len(batch) * (output_len - 1) / server_s, True
+    try:
+        return batch, decode_tok_s(batch), False
+    except RuntimeError:  # too few tokens to time on the client's clock
+        return batch, None, False

@@ -108,21 +108,60 @@ def server_mean_seconds(before: dict[str, float] | None, after: dict[str, float]
 
 @dataclass(frozen=True)
 class StepFitData:
-    """The measurements made on one server, and the raw records they came from.
+    """The measurements made on one server, the raw records they came from, and what was lost.
 
     >>> data = StepFitData([StepMeasurement.decode(4, 50.0)], records={})
     >>> print(data.table())
     measurement             steps  prompt tok  decode seqs   seconds
     decode x4                   1           0            4    0.0800
+
+    Timings not made (a failed request, or a server that died) are listed in ``lost``:
+
+    >>> cut = StepFitData([StepMeasurement.decode(1, 30.0)], records={}, lost=("decode x4 (repeat 1)",),
+    ...                   stopped="server died: exit code -9", planned=2, requests_not_sent=4)
+    >>> print(cut.describe_losses())
+    Measuring stopped early (server died: exit code -9): 1 of 2 timings lost (decode x4 (repeat 1)); 0 requests failed, 4 never sent. What was measured is kept.
+    >>> cut.fit()  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: too few points to fit: 1 measurement for the 2 parameters ... Measuring stopped early (server died: ...
     """
 
     measurements: list[StepMeasurement]  # one per setting: median over repeats
     records: dict[str, list[RequestRecord]] = field(repr=False)  # label -> every request sent for it
     seconds: float = 0.0  # wall time of all measuring
     clock: str = "client"  # whose clock timed decode and prefill: "server" (/metrics) or "client"
+    lost: tuple[str, ...] = ()  # timings planned and not made, e.g. "decode x8 (repeat 2)"
+    stopped: str | None = None  # why measuring stopped early, e.g. "server died: exit code -9"
+    planned: int = 0  # timings planned: repeats x (batch sizes + 1 prefill); 0 where unknown
+    requests_not_sent: int = 0  # requests of the lost timings that were never sent
+
+    @property
+    def requests_failed(self) -> int:
+        """Requests sent for a timing that failed (kept in ``records``, with their errors)."""
+        return sum(not r.ok for batch in self.records.values() for r in batch)
+
+    def describe_losses(self) -> str | None:
+        """How many timings and requests were lost, and why, in words; None when none were."""
+        if not self.lost and self.stopped is None:
+            return None
+        head = f"Measuring stopped early ({self.stopped})" if self.stopped else "Some timings failed"
+        of = f" of {self.planned}" if self.planned else ""
+        which = ", ".join(self.lost[:6]) + (", ..." if len(self.lost) > 6 else "")
+        failed = self.requests_failed
+        return (f"{head}: {len(self.lost)}{of} timing{'s' * ((self.planned or len(self.lost)) != 1)} lost ({which}); {failed} "
+                f"request{'s' * (failed != 1)} failed, {self.requests_not_sent} never sent. What was measured is kept.")
 
     def fit(self, base: StepTimeModel | None = None) -> StepTimeModel:
-        return fit_step_time_model(self.measurements, base)
+        """:func:`fit_step_time_model` on the measurements made; a ``ValueError`` that says so
+        when too few were made to fit (and, if timings were lost, how and why)."""
+        try:
+            return fit_step_time_model(self.measurements, base)
+        except ValueError as error:
+            losses = self.describe_losses()
+            if losses is None:
+                raise
+            raise ValueError(f"{error} {losses}") from None
 
     def table(self) -> str:
         """The measurements as an aligned text table."""

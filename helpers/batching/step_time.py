@@ -133,7 +133,9 @@ def fit_step_time_model(
     a 40 ms step. A parameter that no measurement exercises (e.g. prefill_token_s when
     every measurement is a decode) keeps its value from `base` (default: StepTimeModel()).
     A parameter the data would make negative is pinned at 0 and the rest refitted.
-    Leaves out: error bars; measure at least twice and fit each repetition to see them.
+    Too few measurements (none, or fewer than the parameters they exercise, as when a server
+    died mid-measurement) or a time that is not a positive number raise a ``ValueError`` that
+    says so. Leaves out: error bars; measure at least twice and fit each repetition to see them.
 
     >>> true = StepTimeModel(overhead_s=0.02, prefill_token_s=0.0005, decode_seq_s=0.004)
     >>> ms = [StepMeasurement.decode(b, true.decode_tok_s(b)) for b in (1, 8, 64)]
@@ -141,10 +143,20 @@ def fit_step_time_model(
     >>> fit = fit_step_time_model(ms)
     >>> round(fit.overhead_s, 6), round(fit.prefill_token_s, 7), round(fit.decode_seq_s, 6)
     (0.02, 0.0005, 0.004)
+    >>> fit_step_time_model([StepMeasurement.decode(1, 30.0)])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: too few points to fit: 1 measurement for the 2 parameters ['overhead_s', 'decode_seq_s'] ...
     """
     base = base or StepTimeModel()
     if not measurements:
-        raise ValueError("need at least one measurement")
+        raise ValueError("too few points to fit: no measurements (0 points); measure at least two decode batch "
+                         "sizes (e.g. 1 and 8), and a prefill to fit its cost too.")
+    bad = [m.label or f"measurement {i}" for i, m in enumerate(measurements)
+           if not (isinstance(m.seconds, (int, float)) and math.isfinite(m.seconds) and m.seconds > 0)]
+    if bad:
+        raise ValueError(f"cannot fit measurements whose time is not a positive number of seconds: {', '.join(bad)}; "
+                         "leave them out or measure them again.")
     a = np.array([[m.num_steps, m.num_prefill_tokens, m.num_decode_seqs] for m in measurements], float)
     y = np.array([m.seconds for m in measurements], float)
     fixed = {p: getattr(base, p) for p, col in zip(_PARAMS, a.T) if not col.any()}
@@ -156,6 +168,10 @@ def fit_step_time_model(
         cols = a[:, free] * w[:, None]
         if np.linalg.matrix_rank(cols) < len(free):
             names = [_PARAMS[i] for i in free]
+            if len(measurements) < len(free):
+                raise ValueError(f"too few points to fit: {len(measurements)} measurement"
+                                 f"{'s' * (len(measurements) != 1)} for the {len(free)} parameters {names} (the "
+                                 "measurements cannot separate them); measure at least two decode batch sizes.")
             raise ValueError(f"measurements cannot separate {names}: add a different kind of measurement")
         sol = np.linalg.lstsq(cols, rhs, rcond=None)[0]
         negative = [_PARAMS[i] for i, v in zip(free, sol) if v < 0]

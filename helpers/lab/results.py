@@ -7,6 +7,10 @@ Runs go to ``build/lab/`` by default (git-ignored); reference results that the c
 commits live in ``results/<device>/``. Files written before runs recorded ``cpu_cores`` get it
 from their hardware line, here, once; tables of many runs are :mod:`helpers.lab.table`.
 
+Load tests a sweep planned and could not run (its server died, or would not start) are saved
+too, as :class:`NotRunPoint` entries in one ``<start>-not-run.json`` file per sweep
+(:func:`save_not_run`, :func:`load_not_run`); :func:`load_runs` skips that file.
+
 Taught in ``labs/01_concurrency_lab.ipynb``.
 
 Example::
@@ -21,7 +25,8 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ from helpers.load.run import LoadTestRun, ServerFacts
 from helpers.paths import COURSE_ROOT, build_dir
 
 FORMAT = "vllm-course/loadtest-run/1"  # bump when the file layout changes
+NOT_RUN_FORMAT = "vllm-course/sweep-not-run/1"
 REFERENCE_DIR = COURSE_ROOT / "results"  # committed reference results: results/cpu/, results/gpu/
 
 
@@ -169,3 +175,52 @@ def _rounded(record: dict[str, Any]) -> dict[str, Any]:
             out[key] = round(out[key], 5)
     out["itl_s"] = [round(gap, 5) for gap in out.get("itl_s") or []]
     return out
+
+
+@dataclass(frozen=True)
+class NotRunPoint:
+    """One load test a sweep planned and did not run: its setting, its repetition (from 1), and why.
+
+    >>> print(NotRunPoint(8, 2, "server died: exit code -9"))
+    max_num_seqs=8, run 2: not run (server died: exit code -9)
+    """
+
+    max_num_seqs: int
+    run: int
+    reason: str  # e.g. "server died: exit code -9", "server did not start: port in use"
+
+    def __str__(self) -> str:
+        return f"max_num_seqs={self.max_num_seqs}, run {self.run}: not run ({self.reason})"
+
+
+def save_not_run(points: Sequence[NotRunPoint], folder: Path | str, started_at: str) -> Path:
+    """Write a sweep's not-run load tests to ``<folder>/<started_at>-not-run.json``, whole or not
+    at all (:func:`helpers.files.write_atomically`); a later call for the same sweep replaces it.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> path = save_not_run([NotRunPoint(64, 1, "server did not start: port in use")], folder, "2026-11-29T08:39:00+00:00")
+    >>> path.name, load_not_run(folder)
+    ('20261129T083900-not-run.json', [NotRunPoint(max_num_seqs=64, run=1, reason='server did not start: port in use')])
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = started_at.replace("-", "").replace(":", "").split("+")[0]
+    data = {"format": NOT_RUN_FORMAT, "started_at": started_at, "points": [asdict(point) for point in points]}
+    return write_atomically(folder / f"{stamp}-not-run.json", json.dumps(data, indent=1) + "\n")
+
+
+def load_not_run(folder: Path | str) -> list[NotRunPoint]:
+    """Every not-run load test saved in a folder (recursively), in the order the sweeps planned them.
+    A damaged file raises :class:`~helpers.errors.ResultsFileError` naming it."""
+    points = []
+    for path in sorted(Path(folder).rglob("*-not-run.json")):
+        data = read_json(path, remedy="Delete it; the runs in its folder are not affected.")
+        if not (isinstance(data, dict) and data.get("format") == NOT_RUN_FORMAT):
+            continue
+        try:
+            points += [NotRunPoint(int(p["max_num_seqs"]), int(p["run"]), str(p["reason"])) for p in data["points"]]
+        except (KeyError, TypeError, ValueError) as error:
+            raise ResultsFileError(f"{path} is a damaged not-run file ({type(error).__name__}: {error}). "
+                                   "Delete it; the runs in its folder are not affected.") from error
+    return points

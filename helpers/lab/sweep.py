@@ -7,6 +7,13 @@ fresh prompts (``seed`` = the repetition), since vLLM's prefix cache would skip 
 prompt's prefill. :func:`check_sweep` refuses impossible plans before any server starts.
 Taught in ``labs/01_concurrency_lab.ipynb``.
 
+A server that dies does not end the sweep with a traceback: the run it cut short is saved with
+what finished before (``settings["server_died"]`` says why), its setting's remaining load tests
+are marked not run, and the next setting gets a fresh server. A server that will not start
+marks its setting and every later one not run and ends the sweep. Not-run load tests are
+:class:`~helpers.lab.results.NotRunPoint` entries in ``SweepResult.not_run``, printed with their
+reason and saved to the output folder (:func:`helpers.lab.results.save_not_run`).
+
 Example::
 
     >>> plan = SweepPlan(repetitions=2, num_requests=50, output_tokens=64)
@@ -21,20 +28,23 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from helpers import validate
 from helpers.errors import InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
 from helpers.hardware import other_vllm_servers
-from helpers.lab.results import save_run
+from helpers.lab.results import NotRunPoint, save_not_run, save_run
 from helpers.load.pace import LAB_OUTPUT_TOKENS, lab_output_tokens, measure_pace
 from helpers.load.run import LoadTestRun, run_load_test
 from helpers.load.workload import LAB_PROMPT_LENS, Workload, build_workload
+from helpers.serve.process import death_of
 from helpers.serve.server import start_server
 
 SWEEP_SETTINGS = (1, 2, 4, 8, 16, 32, 64)  # the full sweep: scripts/lab_sweep.py and the lab's RUN_SWEEP
 RETRY_WAIT_S = 20  # after a failed start: a port race or memory still held by a server that is stopping
+START_ERRORS = (ServerStartError, PortInUseError, NotEnoughMemoryError)  # a start that may fail on a shared machine
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,16 @@ class SweepResult:
     runs: list[LoadTestRun] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)  # each run's workload, in the same order
     plan: SweepPlan | None = None  # as run: after ``fit`` where one was given
+    not_run: list[NotRunPoint] = field(default_factory=list)  # load tests planned and not run, with why
+    not_run_file: Path | None = None  # where they were saved (None when every load test ran)
+
+    def describe_not_run(self) -> str | None:
+        """The load tests not run, one line each with the reason; None when all ran."""
+        if not self.not_run:
+            return None
+        planned = len(self.runs) + len(self.not_run)
+        return "\n".join([f"{len(self.not_run)} of {planned} load tests not run:",
+                          *(f"  {point}" for point in self.not_run)])
 
 
 # ``fit``: called with the first server and the planned load; returns the load to run instead.
@@ -117,28 +137,87 @@ async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *
     ``quiet``: no server log and no progress bars (a script's output). Each run's settings
     record the load average and how many other vLLM servers were running at its start.
     In a notebook: ``await run_sweep(...)``; in a script: ``asyncio.run(run_sweep(...))``.
+
+    Bounded when a server dies (see the module docstring): what was measured is kept and saved,
+    the load tests that could not run are in ``result.not_run`` (and ``<start>-not-run.json``
+    in ``out``), listed with their reason at the end; nothing is raised for it.
     """
     check_sweep(settings, plan, default_max_model_len())
     attempts = validate.positive_int(attempts, "attempts")
     result = SweepResult(plan=plan)
-    for max_num_seqs in settings:
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    fitted = fit is None
+    for index, max_num_seqs in enumerate(settings):
         others = other_vllm_servers()
-        with _start(max_num_seqs, attempts, quiet) as server:
+        try:
+            server = _start(max_num_seqs, attempts, quiet)
+        except START_ERRORS as error:
+            why = getattr(error, "cause", None) or str(error).splitlines()[0]
+            for later in settings[index:]:
+                _mark_not_run(result, later, 0, f"server did not start: {why}", out, started_at)
+            break
+        with server:
             if quiet:
                 print(f"max_num_seqs={max_num_seqs}: server ready in {server.startup_seconds:.0f} s", flush=True)
-            if fit is not None and not result.runs:
-                result.plan = await fit(server, result.plan)
-            for repetition in range(result.plan.repetitions):
-                workload = build_workload(server, num_requests=result.plan.num_requests,
-                                          output_tokens=result.plan.output_tokens, seed=repetition)
-                run = await run_load_test(server, workload, progress=not quiet,
-                                          label=f"max_num_seqs={max_num_seqs}, run {repetition + 1}")
-                run.settings["other_vllm_servers_at_start"] = others
-                save_run(run, out)
-                result.runs.append(run)
-                result.workloads.append(workload)
-                print(describe_run(run, detail=quiet), flush=True)
+            if not fitted:
+                try:
+                    result.plan = await fit(server, result.plan)
+                    fitted = True
+                except (RuntimeError, OSError):
+                    if (death := death_of(server)) is None:
+                        raise
+                    _mark_not_run(result, max_num_seqs, 0, death, out, started_at)
+                    continue
+            await _run_setting(server, max_num_seqs, others, result, out, quiet, started_at)
+    if result.not_run:
+        print(result.describe_not_run() + f"\n(saved in {result.not_run_file})", flush=True)
     return result
+
+
+async def _run_setting(server: Any, max_num_seqs: int, others: int, result: SweepResult, out: Path | str,
+                       quiet: bool, started_at: str) -> None:
+    """The load tests of one setting on its server; from the one the server died in (or no longer
+    answered before), the rest are marked not run."""
+    for repetition in range(result.plan.repetitions):
+        if (death := death_of(server, wait_s=0)) is not None:
+            _mark_not_run(result, max_num_seqs, repetition, death, out, started_at)
+            return
+        try:
+            workload = build_workload(server, num_requests=result.plan.num_requests,
+                                      output_tokens=result.plan.output_tokens, seed=repetition)
+        except OSError as error:  # its tokenizer is the server's: a server that no longer answers
+            _mark_not_run(result, max_num_seqs, repetition, death_of(server) or
+                          f"server stopped answering: {error}", out, started_at)
+            return
+        run = await run_load_test(server, workload, progress=not quiet,
+                                  label=f"max_num_seqs={max_num_seqs}, run {repetition + 1}")
+        run.settings["other_vllm_servers_at_start"] = others
+        death = death_of(server) if run.summary.num_errors else None
+        if death is not None:
+            run.settings["server_died"] = death
+        save_run(run, out)
+        result.runs.append(run)
+        result.workloads.append(workload)
+        print(describe_run(run, detail=quiet), flush=True)
+        if death is not None:
+            s = run.summary
+            print(f"  max_num_seqs={max_num_seqs}, run {repetition + 1}: {death} during the run; kept the {s.num_ok} "
+                  f"of {s.num_requests} requests that finished before it, the other {s.num_errors} count as errors",
+                  flush=True)
+            _mark_not_run(result, max_num_seqs, repetition + 1, death, out, started_at)
+            return
+
+
+def _mark_not_run(result: SweepResult, max_num_seqs: int, first: int, reason: str, out: Path | str,
+                  started_at: str) -> None:
+    """Mark the setting's load tests from repetition ``first`` (from 0) not run; print and save them."""
+    points = [NotRunPoint(max_num_seqs, repetition + 1, reason)
+              for repetition in range(first, result.plan.repetitions)]
+    for point in points:
+        print(f"  {point}", flush=True)
+    result.not_run += points
+    if points:
+        result.not_run_file = save_not_run(result.not_run, out, started_at)
 
 
 def describe_run(run: LoadTestRun, detail: bool = False) -> str:
@@ -169,7 +248,7 @@ def _start(max_num_seqs: int, attempts: int, quiet: bool) -> Any:
     while True:
         try:
             return start_server(max_num_seqs=max_num_seqs, quiet=quiet)
-        except (ServerStartError, PortInUseError, NotEnoughMemoryError) as error:
+        except START_ERRORS as error:
             if attempt >= attempts:
                 raise
             print(f"  start failed ({getattr(error, 'cause', type(error).__name__)}), "

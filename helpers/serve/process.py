@@ -84,6 +84,24 @@ def stop_server_processes(process: subprocess.Popen[bytes], timeout: float, temp
     return ended
 
 
+def death_of(server: Any, wait_s: float = 3.0) -> str | None:
+    """``"server died: exit code N"`` (with what the watchdog saw, where it wrote it) once the
+    server's API process has exited, or exits within ``wait_s``; None while it runs, or for a
+    server this kernel did not start (a shared one). The wait covers the watchdog's ending of an
+    API server whose engine died first (about 2 s)."""
+    api = getattr(server, "process", None)
+    if api is None:
+        return None
+    try:
+        code = api.wait(timeout=wait_s) if wait_s > 0 else api.poll()
+    except subprocess.TimeoutExpired:
+        return None
+    if code is None:
+        return None
+    note = getattr(server, "death_note", None)
+    return f"server died: exit code {code}" + (f" ({note})" if note else "")
+
+
 def answers_as_ours(server: Any) -> bool:
     """Healthy, serving the server's model name, and the listening socket belongs to its process
     (another server on the same port cannot pass for it)."""

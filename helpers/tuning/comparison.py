@@ -2,6 +2,9 @@
 (:func:`compare_measurements`) and in words (:func:`describe_ratio`, :func:`describe_change`),
 calling a change smaller than the run-to-run noise what it is. Pure: numbers in, text out.
 
+A side that was not measured (None, or a run cut short by its server dying: ``failure`` set)
+is not compared: its ratios are None, and the sentences name it and why.
+
 Example::
 
     >>> describe_ratio(0.5, "p95 latency")
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers import validate
-from helpers.load.summary import describe_failures
+from helpers.tuning.measurement import Measurement
 
 # Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
 # same setting (the lab's repetitions show it): a smaller change is not a finding.
@@ -38,8 +41,29 @@ def _ratio(top: float | None, bottom: float | None) -> float | None:
     return top / bottom if top is not None and bottom else None
 
 
+def stand_in(m: Any, other: Any) -> Any:
+    """``m``, or where it is None (a side never measured) a not-run measurement of ``other``'s lever.
+
+    >>> stand_in(None, Measurement.not_run("KV pool", "2 GiB", "x")).failure
+    'not run: no measurement was given'
+    """
+    if m is not None:
+        return m
+    lever = getattr(other, "lever", "setting")
+    return Measurement.not_run(lever, "(not measured)", "no measurement was given")
+
+
+def _comparable(m: Any) -> bool:
+    return getattr(m, "failure", None) is None
+
+
 def compare_measurements(before: Any, after: Any) -> Change:
-    """``after``'s throughput and latencies over ``before``'s (None where either is unmeasured)."""
+    """``after``'s throughput and latencies over ``before``'s; all None where either side was
+    not measured (None, not run, or cut short by its server: ``failure`` set), else None where
+    either number is unmeasured."""
+    before, after = stand_in(before, after), stand_in(after, before)
+    if not (_comparable(before) and _comparable(after)):
+        return Change(before.setting, after.setting, None, None, None, None)
     b, a = before.summary, after.summary
     return Change(
         before.setting, after.setting,
@@ -72,14 +96,22 @@ def describe_change(before: Any, after: Any) -> str:
     """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers.
 
     A number that could not be measured (every request of a run failed) reads "-", and
-    failed requests are counted in words at the end, with their errors.
+    failed requests are counted in words at the end, with their errors. A side that was not
+    measured (None, not run, or cut short by its server dying) is not compared: its numbers
+    read "-" and the sentence ends with what happened to it.
     """
-    b, a, c = before.summary, after.summary, compare_measurements(before, after)
+    if before is None and after is None:
+        return "Nothing to compare: neither side was measured."
+    before, after = stand_in(before, after), stand_in(after, before)
     shared = before.other_servers or after.other_servers
     caution = (" Another vLLM server shared the machine during these runs: the difference may be partly "
                "theirs." if shared else "")
-    failures = "".join(f" {m.setting}: {text}" for m in (before, after)
-                       if (text := describe_failures(m.run.records)) is not None)
+    failures = "".join(f" {text}" for m in (before, after) if (text := m.trouble()) is not None)
+    if not (_comparable(before) and _comparable(after)):
+        measured = "".join(f" Measured at {m.setting}: {_numbers(m.summary)}." for m in (before, after)
+                           if _comparable(m))
+        return f"{before.lever} {before.setting} -> {after.setting}: not compared.{failures}{measured}{caution}"
+    b, a, c = before.summary, after.summary, compare_measurements(before, after)
     return (f"{before.lever} {before.setting} -> {after.setting}: "
             f"{describe_ratio(c.throughput_ratio, 'throughput')} "
             f"({arrow(b.output_tok_per_s, a.output_tok_per_s, '.0f')} output tok/s), "
@@ -87,6 +119,13 @@ def describe_change(before: Any, after: Any) -> str:
             f"({arrow(b.e2e_p95_s, a.e2e_p95_s, '.1f', missing_one=True)} s), "
             f"{describe_ratio(c.ttft_p50_ratio, 'median TTFT')} "
             f"({arrow(b.ttft_p50_s, a.ttft_p50_s, '.2f', missing_one=True)} s).{caution}{failures}")
+
+
+def _numbers(s: Any) -> str:
+    """A summary's throughput and latencies in words; "-" where unmeasured."""
+    show = lambda v, fmt: "-" if v is None else f"{v:{fmt}}"
+    return (f"{show(s.output_tok_per_s, '.0f')} output tok/s, p95 latency {show(s.e2e_p95_s, '.1f')} s, "
+            f"median TTFT {show(s.ttft_p50_s, '.2f')} s")
 
 
 def arrow(before: float | None, after: float | None, fmt: str, missing_one: bool = False) -> str:

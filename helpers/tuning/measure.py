@@ -25,6 +25,7 @@ from helpers.load.client import DEFAULT_TIMEOUT_S, chat_messages
 from helpers.load.poller import watch
 from helpers.load.run import run_load_test
 from helpers.load.workload import ServerTokenizer, Workload
+from helpers.serve.process import death_of
 from helpers.tuning.arithmetic import GIB
 from helpers.tuning.measurement import CapacityPoint, Measurement
 
@@ -39,6 +40,11 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
     serve several measurements in a row. ``interval_s`` and ``timeout_s`` must be positive,
     finite numbers of seconds (``ValueError`` otherwise, before anything is sent). Other vLLM
     servers on the machine (they share its cores) are counted before and after the run.
+
+    A server that dies during the run ends it at once (its requests fail fast, see
+    :func:`~helpers.load.run.run_load_test`): the measurement keeps the requests that finished
+    before, counts the rest as failed, and says why in ``failure`` ("server died: exit code -9");
+    the comparison code then names it instead of comparing it. Nothing is raised.
     """
     interval_s = validate.positive_number(interval_s, "interval_s", unit="seconds",
                                           hint="It is how often /metrics is polled, e.g. 0.25.")
@@ -52,7 +58,12 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
     if others and progress:
         print(f"{label}: {others} other vLLM server(s) ran on this machine during the run; they share its CPU "
               "(or GPU), so these numbers are less reliable than usual.")
-    return Measurement(lever, setting, run, samples, getattr(server.config, "max_num_seqs", None), others)
+    failure = death_of(server) if run.summary.num_errors else None
+    m = Measurement(lever, setting, run, samples, getattr(getattr(server, "config", None), "max_num_seqs", None),
+                    others, failure=failure)
+    if failure is not None:
+        print(f"{lever}: {m.trouble()}")
+    return m
 
 
 

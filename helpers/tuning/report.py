@@ -17,7 +17,7 @@ from typing import Any
 
 from helpers import validate
 from helpers.tuning.arithmetic import MemoryRow
-from helpers.tuning.comparison import NOISE, arrow, compare_measurements, describe_ratio
+from helpers.tuning.comparison import NOISE, arrow, compare_measurements, describe_ratio, stand_in
 
 
 def memory_table(rows: Sequence[MemoryRow], request_len: int = 2048) -> str:
@@ -40,7 +40,22 @@ def _failed_note(before: Any, after: Any) -> str:
 
 
 def _hit_rate(m: Any) -> str:
-    return "-" if m.prefix_hit_rate is None else f"{m.prefix_hit_rate:.0%}"
+    return "-" if m is None or m.prefix_hit_rate is None else f"{m.prefix_hit_rate:.0%}"
+
+
+def _get(summary: Any, name: str) -> Any:
+    return None if summary is None else getattr(summary, name)
+
+
+def _verdict(before: Any, after: Any, noise: float) -> str:
+    """The checklist's last column: the ratios in words, or why the pair was not compared."""
+    shared = " (machine shared: less reliable)" if before.other_servers or after.other_servers else ""
+    if not (before.comparable and after.comparable):
+        why = "; ".join(f"{m.setting} {m.failure}" for m in (before, after) if not m.comparable)
+        return f"not compared: {why}{shared}"
+    c = compare_measurements(before, after)
+    return (f"{describe_ratio(c.throughput_ratio, 'throughput', noise)}; {describe_ratio(c.e2e_p95_ratio, 'p95', noise)}"
+            f"{shared}{_failed_note(before.summary, after.summary)}")
 
 
 def checklist(pairs: Sequence[tuple[Any, Any]], noise: float = NOISE) -> str:
@@ -49,27 +64,29 @@ def checklist(pairs: Sequence[tuple[Any, Any]], noise: float = NOISE) -> str:
     number this run measured, and a verdict computed from the throughput and p95 ratios
     (changes under ``noise`` are called noise; runs during which another vLLM server ran are
     marked less reliable). Failed requests are counted in the verdict; numbers no request
-    measured read "-".
+    measured read "-". A side not measured (None, not run, or cut short by its server dying)
+    shows "-" for every number and the verdict says which side, and why, instead of comparing.
     """
     noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
     lines = [("| lever | before -> after | output tok/s | p95 end-to-end s | TTFT p50 s | KV tokens | "
              "peak running | preemptions | prefix-cache hits | other vLLM servers | verdict from this run |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for before, after in pairs:
-        b, a, c = before.summary, after.summary, compare_measurements(before, after)
-        kb, ka = before.kv_cache or {}, after.kv_cache or {}
+        before, after = stand_in(before, after), stand_in(after, before)
+        measured = [m if m.comparable else None for m in (before, after)]
+        b, a = (m.summary if m is not None else None for m in measured)
+        kb, ka = (m.kv_cache or {} if m is not None else {} for m in measured)
+        eb, ea = (m.engine.peak_running if m is not None else None for m in measured)
+        pb, pa = (m.num_preemptions if m is not None else None for m in measured)
         lines.append(
             f"| {before.lever} | {before.setting} -> {after.setting} "
-            f"| {arrow(b.output_tok_per_s, a.output_tok_per_s, '.0f')} "
-            f"| {arrow(b.e2e_p95_s, a.e2e_p95_s, '.1f')} "
-            f"| {arrow(b.ttft_p50_s, a.ttft_p50_s, '.2f')} "
-            f"| {arrow(kb.get('num_tokens'), ka.get('num_tokens'), ',')} "
-            f"| {before.engine.peak_running} -> {after.engine.peak_running} "
-            f"| {before.num_preemptions} -> {after.num_preemptions} "
-            f"| {_hit_rate(before)} -> {_hit_rate(after)} "
+            f"| {arrow(_get(b, 'output_tok_per_s'), _get(a, 'output_tok_per_s'), '.0f', missing_one=True)} "
+            f"| {arrow(_get(b, 'e2e_p95_s'), _get(a, 'e2e_p95_s'), '.1f')} "
+            f"| {arrow(_get(b, 'ttft_p50_s'), _get(a, 'ttft_p50_s'), '.2f')} "
+            f"| {arrow(kb.get('num_tokens'), ka.get('num_tokens'), ',', missing_one=True)} "
+            f"| {arrow(eb, ea, 'd', missing_one=True)} "
+            f"| {arrow(pb, pa, 'd', missing_one=True)} "
+            f"| {_hit_rate(measured[0])} -> {_hit_rate(measured[1])} "
             f"| {before.other_servers} -> {after.other_servers} "
-            f"| {describe_ratio(c.throughput_ratio, 'throughput', noise)}; "
-            f"{describe_ratio(c.e2e_p95_ratio, 'p95', noise)}"
-            f"{' (machine shared: less reliable)' if before.other_servers or after.other_servers else ''}"
-            f"{_failed_note(b, a)} |")
+            f"| {_verdict(before, after, noise)} |")
     return "\n".join(lines)
