@@ -1,4 +1,5 @@
-"""The log reader against real logs captured from failed vLLM 0.32 (CPU) starts."""
+"""The log reader against real logs captured from failed starts: vLLM 0.32 on this CPU, and vLLM
+0.26 on the lent H200 (tests/data/server_logs/gpu-0.26, made by scripts/capture_failure_logs.py)."""
 
 import re
 from pathlib import Path
@@ -102,6 +103,38 @@ def test_kv_cache_report_reads_the_served_dtype_from_the_engine_config_line():
     assert (report.dtype, report.cache_dtype, report.bytes_per_value) == ("bfloat16", "auto", 2)
     fp8 = parse_kv_cache_report((LOGS / "ready_cpu.log").read_text(), {"cache_dtype": "fp8_e4m3"})
     assert fp8.bytes_per_value == 1
+
+
+@pytest.mark.parametrize(
+    ("log_name", "cause"),
+    [
+        ("mml_over_model_limit", "max model length above the model's limit"),
+        ("kv_pool_too_small", "max model length exceeds KV cache"),  # 0.26 on a GPU says it this way
+        ("mml_exceeds_kv", "max model length exceeds KV cache"),
+        ("bad_flag", "invalid flag"),
+    ],
+)
+def test_captured_gpu_failure_log_is_diagnosed(log_name, cause):
+    text = (LOGS / "gpu-0.26" / f"{log_name}.log").read_text()
+    assert "version 0.26.0" in text or log_name == "bad_flag"  # argparse fails before the banner
+    assert diagnose(text, returncode=1).cause == cause
+
+
+def test_a_gpu_pool_too_small_names_what_one_request_needs_and_what_the_pool_has():
+    # start_server(kv_cache_space_gib=1e-6) on the H200, vLLM 0.26: the pool (1,073 bytes) is 0.0 GiB
+    found = diagnose((LOGS / "gpu-0.26" / "kv_pool_too_small.log").read_text(), returncode=1)
+    assert "max_model_len=2048 tokens needs 0.04 GiB" in found.advice and "the pool has 0.0 GiB" in found.advice
+    assert "more than 0.04 GiB" in found.advice and "Lower" not in found.advice.split(".")[0]
+
+
+def test_bfloat16_on_a_gpu_without_it_says_to_use_half():
+    # No GPU here lacks bf16 (the H200 has it), so the line is vLLM 0.26's message as its
+    # platforms/cuda.py builds it for a Colab T4, inside the engine's error line.
+    line = ("(EngineCore pid=77) ValueError: Bfloat16 is only supported on GPUs with compute capability of at "
+            "least 8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 instead by explicitly "
+            "setting the `dtype` flag in CLI, for example: --dtype=half.")
+    found = diagnose(line, returncode=1)
+    assert found.cause == "dtype the GPU cannot run" and "(Tesla T4)" in found.advice and "dtype='half'" in found.advice
 
 
 def test_max_model_len_above_the_models_limit_names_both_lengths():

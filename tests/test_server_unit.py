@@ -26,7 +26,8 @@ def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_
         names = _names(server)
         assert set(names.values()) >= {"api_server", "VLLM::EngineCore", "resource_tracker"}
         temp_dir = server._temp_dir
-        assert any(name.startswith("vllm_dist_") for name in os.listdir(temp_dir))  # vLLM's file store, not /tmp's
+        if server.device == "cpu":  # vLLM's file store (a GPU server rendezvous over TCP): here, not in /tmp
+            assert any(name.startswith("vllm_dist_") for name in os.listdir(temp_dir))
         (pid,) = [p for p, name in names.items() if name == victim]
         os.kill(pid, signal.SIGKILL)
         assert wait_until_gone(list(names), timeout=5) == [], f"killing {victim} left part of the server running"

