@@ -11,7 +11,12 @@ os.environ["VLLM_COURSE_TEST_SESSION"] = SESSION_TAG
 
 
 def vllm_processes() -> list[psutil.Process]:
-    """vLLM processes (api_server and its engine children) started by this test session."""
+    """vLLM processes (api_server and its engine children) started by this test session.
+
+    The engine retitles itself (VLLM::EngineCore), which overwrites its environment as /proc shows
+    it: it is found as a member of its API server's session instead."""
+    from helpers.serve.group import members
+
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
@@ -24,7 +29,10 @@ def vllm_processes() -> list[psutil.Process]:
                 found.append(proc)
         except psutil.Error:
             continue
-    return found
+    by_pid = {proc.pid: proc for proc in found}
+    for leader in found:
+        by_pid.update({proc.pid: proc for proc in members(leader.pid)})
+    return list(by_pid.values())
 
 
 def wait_until_gone(pids: list[int], timeout: float) -> list[int]:

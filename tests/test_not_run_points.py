@@ -21,7 +21,7 @@ from helpers.batching.measure import measure_step_times, send_trace
 from helpers.batching.measure_stats import StepFitData
 from helpers.batching.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
 from helpers.batching.trace import BatchRequest
-from helpers.errors import ServerStartError
+from helpers.errors import CourseError, ServerStartError
 from helpers.lab import sweep
 from helpers.lab.results import NotRunPoint, load_not_run, load_runs
 from helpers.lab.sweep import SweepPlan, run_sweep
@@ -352,3 +352,12 @@ def test_step_fit_data_without_losses_describes_none_and_fits_as_before():
     data = StepFitData([StepMeasurement.decode(b, StepTimeModel().decode_tok_s(b)) for b in (1, 8)], records={})
     assert data.describe_losses() is None and data.requests_failed == 0
     assert data.fit().decode_seq_s == pytest.approx(StepTimeModel().decode_seq_s)
+
+
+def test_the_lab_stops_with_the_reason_when_a_setting_it_compares_has_no_finished_run(fake_sweep, tmp_path):
+    fake_sweep.no_start = {64}
+    result = asyncio.run(run_sweep((8, 64), SweepPlan(1, 6, 8), tmp_path, quiet=True))
+    with pytest.raises(CourseError, match=r"max_num_seqs=64, and there is none") as error:
+        sweep.require_every_setting(result, (8, 64))
+    assert "max_num_seqs=64, run 1: not run (server did not start: process killed)" in str(error.value)
+    sweep.require_every_setting(result, (8,))  # what was measured is enough for a comparison of 8 alone

@@ -17,9 +17,9 @@ from helpers.serve._orphan_guard import NOTE_PREFIX
 # (which ignores SIGTERM too and leaves once the others are gone).
 LEADER = """
 import signal, subprocess, sys, time
-stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); import os; os.write(1, b'up\\\\n'); time.sleep(120)"
 tracker = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); parent = os.getppid()\\n"
-           "print('up', flush=True)\\n"
+           "os.write(1, b'up\\\\n')\\n"
            "# multiprocessing." "resource_tracker\\n"  # the marker only in the child's command line
            "while os.getppid() == parent: time.sleep(0.05)")
 subprocess.Popen([sys.executable, "-c", stubborn]); subprocess.Popen([sys.executable, "-c", tracker])
@@ -89,3 +89,32 @@ def test_members_skips_zombies_and_other_sessions():
     assert group.members(child.pid) == []
     child.wait()
     assert psutil.Process().pid in {p.pid for p in group.members(os.getsid(0))}
+
+
+def test_a_second_interrupt_during_stop_kills_the_rest_at_once_and_goes_through(tmp_path, monkeypatch):
+    from helpers.serve.server import VLLMServer
+
+    leader = _session(tmp_path)
+    pids = [p.pid for p in group.members(leader.pid)]
+    server = VLLMServer()
+    server.process, server._temp_dir = leader, tmp_path / "server-tmp"
+    server._temp_dir.mkdir()
+    calls = []
+    real_wait = group._wait_gone
+
+    def interrupted_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # Ctrl-C again while stop() waits for SIGTERM to work
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(group, "_wait_gone", interrupted_once)
+    began = time.monotonic()
+    try:
+        server.stop()
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt was swallowed")
+    assert time.monotonic() - began < 10  # SIGKILL at once, not a second full grace
+    assert wait_until_gone(pids, timeout=0) == [] and not server._temp_dir.exists()

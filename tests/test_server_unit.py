@@ -28,6 +28,9 @@ def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_
         temp_dir = server._temp_dir
         if server.device == "cpu":  # vLLM's file store (a GPU server rendezvous over TCP): here, not in /tmp
             assert any(name.startswith("vllm_dist_") for name in os.listdir(temp_dir))
+        shared = group.shared_memory_files(group.members(server.process.pid))
+        if server.device == "cpu":  # the API server's multiprocessing semaphores; a GPU server's vary
+            assert shared, "no shared memory found: this test would check nothing"
         (pid,) = [p for p, name in names.items() if name == victim]
         os.kill(pid, signal.SIGKILL)
         assert wait_until_gone(list(names), timeout=5) == [], f"killing {victim} left part of the server running"
@@ -43,6 +46,7 @@ def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_
         while temp_dir.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not temp_dir.exists(), "the server's temporary folder outlived it"
+        assert [path for path in shared if os.path.exists(path)] == [], "shared memory outlived the server"
     finally:
         server.stop()
 

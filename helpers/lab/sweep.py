@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import validate
-from helpers.errors import InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
+from helpers.errors import CourseError, InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
 from helpers.hardware import other_vllm_servers
 from helpers.lab.results import NotRunPoint, save_not_run, save_run
 from helpers.load.pace import LAB_OUTPUT_TOKENS, lab_output_tokens, measure_pace
@@ -218,6 +218,23 @@ def _mark_not_run(result: SweepResult, max_num_seqs: int, first: int, reason: st
     result.not_run += points
     if points:
         result.not_run_file = save_not_run(result.not_run, out, started_at)
+
+
+def require_every_setting(result: SweepResult, settings: Sequence[int]) -> None:
+    """Raise a clear error, naming what was not run and why, unless each setting has a run with
+    at least one finished request: the lab's comparison needs them all.
+
+    >>> require_every_setting(SweepResult(), (8, 64))
+    Traceback (most recent call last):
+    ...
+    helpers.errors.CourseError: The comparison needs a finished run at max_num_seqs=8, 64, and there is none. ...
+    """
+    measured = {run.max_num_seqs for run in result.runs if run.summary.num_ok}
+    missing = [setting for setting in settings if setting not in measured]
+    if missing:
+        raise CourseError(
+            f"The comparison needs a finished run at max_num_seqs={', '.join(map(str, missing))}, and there is none. "
+            + (result.describe_not_run() or "") + " What was measured is saved; run this cell again to measure anew.")
 
 
 def describe_run(run: LoadTestRun, detail: bool = False) -> str:

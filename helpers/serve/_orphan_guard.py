@@ -29,7 +29,7 @@ from helpers.serve import group
 
 POLL_S = 0.5  # how quickly a dead process or an orphaned server is noticed
 MAPS_EVERY_S = 5.0  # how often the server's shared memory is listed (reading maps costs CPU)
-ORPHAN_GRACE_S = 10.0  # vLLM reaps its engine processes in about 1.5 s after SIGTERM
+ORPHAN_GRACE_S = 5.0  # vLLM reaps its engine processes in about 1.5 s after SIGTERM
 BROKEN_GRACE_S = 2.0  # a server missing a process has nothing left to finish
 NOTE_PREFIX = "[vllm-course watchdog]"
 

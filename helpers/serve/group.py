@@ -30,9 +30,10 @@ TRACKER_S = 3.0  # the resource tracker exits within a second of the last holder
 KILL_WAIT_S = 5.0
 
 
-@dataclass
+@dataclass(repr=False)
 class GroupEnd:
-    """What ending a server took: how long, which processes, which had to be killed."""
+    """What ending a server took: how long, which processes, which had to be killed. A notebook
+    cell ending in ``server.stop()`` shows it as one sentence."""
 
     seconds: float
     ended: list[str] = field(default_factory=list)  # every process found, by name
@@ -44,6 +45,8 @@ class GroupEnd:
         forced = f"{len(self.killed)} had to be killed ({', '.join(self.killed)})" if self.killed else "none killed"
         alive = f"; STILL ALIVE: {', '.join(self.left)}" if self.left else ""
         return f"stopped {len(self.ended)} process(es) in {self.seconds:.1f} s, {forced}{alive}"
+
+    __repr__ = __str__
 
 
 def members(session: int) -> list[psutil.Process]:
@@ -87,18 +90,35 @@ def core_processes(procs: list[psutil.Process], session: int) -> dict[int, str]:
 
 
 def shared_memory_files(procs: list[psutil.Process]) -> set[str]:
-    """The ``/dev/shm`` objects (segments, named semaphores) these processes have mapped."""
-    found = set()
+    """The ``/dev/shm`` objects (segments, named semaphores) these processes have mapped.
+
+    Matched by inode, not by the name in ``/proc/PID/maps``: glibc creates a named semaphore
+    under a temporary name, maps it, then renames it, so the maps show the old name as deleted."""
+    inodes = set()
     for proc in procs:
         try:
             maps = Path(f"/proc/{proc.pid}/maps").read_text()
         except OSError:
             continue
         for line in maps.splitlines():
-            path = line.split(maxsplit=5)[-1]
-            if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
-                found.add(path)
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                inodes.add(int(fields[4]))
+    found = set()
+    for entry in _shm_entries():
+        try:
+            if entry.stat().st_ino in inodes:
+                found.add(str(entry))
+        except OSError:
+            continue
     return found
+
+
+def _shm_entries() -> list[Path]:
+    try:
+        return list(Path("/dev/shm").iterdir())
+    except OSError:  # no /dev/shm (macOS): nothing to find
+        return []
 
 
 def end_session(session: int, grace_s: float, extra_files: set[str] | frozenset[str] = frozenset(),

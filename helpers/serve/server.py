@@ -1,7 +1,6 @@
 """Start, watch and stop a real vLLM OpenAI-compatible server from Python or a notebook.
 
-:class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server`` as a child process
-in its own process group, logging to a file, and:
+:class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server`` in a session of its own, logging, and:
 
 - refuses bad settings before launching (:class:`helpers.serve.config.ServerConfig`);
 - waits until *its own* process answers ``/health`` and lists the expected model, showing
@@ -46,6 +45,7 @@ from helpers.serve.log import Diagnosis, KVCacheReport, diagnose, milestone, par
 from helpers.serve.model import resolve_model
 
 PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
+STARTING_GRACE_S = 3.0  # SIGTERM to SIGKILL for a server stopped before it was ready
 _LIVE: set["VLLMServer"] = set()  # servers this process started and has not stopped yet
 
 
@@ -166,7 +166,8 @@ class VLLMServer(ServerAccess):
                 self.process = None
             except BaseException:
                 # Also on KeyboardInterrupt: an interrupted cell must not leave a server behind.
-                self.stop()
+                # A server still starting serves nothing and may not heed SIGTERM yet: a short grace.
+                self.stop(timeout=STARTING_GRACE_S)
                 raise
         self.startup_seconds = time.monotonic() - began
         self.kv_cache = parse_kv_cache_report(self.log_text(), self._cache_config_labels())
@@ -175,18 +176,19 @@ class VLLMServer(ServerAccess):
 
     def stop(self, timeout: float = 15.0) -> group.GroupEnd | None:
         """Stop the server and every process it started, and remove its files; safe to call twice.
-
-        Returns only once the last process is gone (SIGTERM, ``timeout`` seconds, SIGKILL), with
-        what it took: ``print(server.stop())`` says how long and whether anything had to be killed."""
-        running, self.process = self.process, None
-        ended = None
+        Returns once the last process is gone (SIGTERM, ``timeout`` s, SIGKILL) with what it took
+        (``print(server.stop())``); a second Ctrl-C kills what is left at once, then goes through."""
+        running, ended = self.process, None
         if running is not None and (running.poll() is None or group.members(running.pid)):
             if self._guard is not None and self._guard.poll() is None:
                 self._guard.send_signal(signal.SIGUSR1)  # a stop on purpose: no death note
-            ended = self.last_stop = process.stop_server_processes(running, timeout, self._temp_dir)
-        self.process = running  # keep the exit code readable; poll() is no longer None
-        if self._guard is not None:
             try:
+                ended = self.last_stop = process.stop_server_processes(running, timeout, self._temp_dir)
+            except KeyboardInterrupt:
+                process.stop_server_processes(running, 0.0, self._temp_dir)
+                raise
+        if self._guard is not None and not (running is not None and group.members(running.pid)):
+            try:  # with processes left, the watchdog stays: it ends them once this kernel is gone
                 self._guard.wait(timeout=5)  # it leaves once the server's last process is gone
             except subprocess.TimeoutExpired:
                 self._guard.kill()
@@ -249,7 +251,7 @@ class VLLMServer(ServerAccess):
         returncode = self.process.poll() if self.process else None
         text = self.log_text()
         found = found or diagnose(text, returncode)
-        self.stop()
+        self.stop(timeout=STARTING_GRACE_S)
         raise error(
             f"The vLLM server {what} ({found.cause}). {found.advice}",
             cause=found.cause if error is ServerStartError else "timeout",
