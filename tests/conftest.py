@@ -54,3 +54,14 @@ def no_server_left_behind():
     yield
     leftovers = [p.pid for p in vllm_processes() if p.pid not in before]
     assert wait_until_gone(leftovers, timeout=20) == [], "a vLLM process survived the test"
+
+
+def finished_requests(server) -> float:
+    """Requests the server has answered in full since it started (0 when /metrics does not answer)."""
+    from helpers.load.poller import metrics_text
+    from helpers.load.prometheus import parse_metrics
+
+    try:
+        return parse_metrics(metrics_text(server, timeout=2)).get("request_success", 0.0)
+    except OSError:
+        return 0.0

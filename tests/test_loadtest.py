@@ -25,6 +25,7 @@ from helpers.load.workload import LAB_PROMPT_LENS, ServerTokenizer, Workload, bu
 from helpers.load.client import Endpoint, RequestSpec, make_client
 from helpers.load.run import run_load_test
 from helpers.load.summary import summarize
+from tests.conftest import finished_requests
 
 
 # ----- a toy tokenizer and a fake server --------------------------------------------------------
@@ -463,7 +464,7 @@ def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a
         async def load_then_kill():
             task = asyncio.create_task(run_load_test(server, workload, timeout_s=120, progress=False))
             deadline = time.monotonic() + 180
-            while _finished_requests(server) < 2 and time.monotonic() < deadline:  # bounded
+            while finished_requests(server) < 2 and time.monotonic() < deadline:  # bounded
                 await asyncio.sleep(0.2)
             os.killpg(server.process.pid, signal.SIGKILL)
             return await task
@@ -478,11 +479,3 @@ def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a
     assert summary.num_ok >= 2 and summary.num_errors >= 1
     assert summary.num_ok + summary.num_errors == 16
     assert all(r.error for r in result.records if not r.ok)
-
-
-def _finished_requests(server) -> float:
-    try:
-        text = server.get("/metrics", timeout=2).decode()
-    except OSError:
-        return 0.0
-    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)", text, re.MULTILINE))

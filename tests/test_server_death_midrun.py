@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import re
 import signal
 import threading
 import time
@@ -31,20 +30,12 @@ from helpers.tuning.comparison import describe_change
 from helpers.tuning.measure import measure
 from helpers.tuning.plots import plot_engine, plot_lever, plot_tradeoff
 from helpers.tuning.report import checklist
+from tests.conftest import finished_requests
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 ROOT = Path(__file__).resolve().parent.parent
 DIED = "server died: exit code -9"
 BOUND_S = 30  # from the kill to the call's return
-
-
-def finished_requests(server) -> float:
-    """Requests the server has answered in full since it started (0 when /metrics does not answer)."""
-    try:
-        text = server.get("/metrics", timeout=2).decode()
-    except OSError:
-        return 0.0
-    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)", text, re.MULTILINE))
 
 
 class Killer(threading.Thread):

@@ -97,11 +97,8 @@ class VLLMServer(ServerAccess):
         """True while the API server and every engine process it started are alive."""
         if self.process is None or self.process.poll() is not None:
             return False
-        return all(pid in {p.pid for p in group.members(self.process.pid)} for pid in self._cores)
-
-    def holds_processes(self) -> bool:
-        """True while any process of the server is left, however broken."""
-        return self.process is not None and bool(group.members(self.process.pid))
+        live = {proc.pid for proc in group.members(self.process.pid)}
+        return live.issuperset(self._cores)
 
     @property
     def death_note(self) -> str | None:
@@ -122,8 +119,9 @@ class VLLMServer(ServerAccess):
         self.stop()
 
     def __repr__(self) -> str:
-        state = "running" if self.is_running() else "stopped"
-        if not self.is_running() and self.death_note:
+        running = self.is_running()
+        state = "running" if running else "stopped"
+        if not running and self.death_note:
             state += f" ({self.death_note.split(';')[0]})"
         return f"<VLLMServer {state} {self.model_name or self.config.model} on {self.url if self.port else '-'}>"
 
@@ -187,7 +185,7 @@ class VLLMServer(ServerAccess):
             except KeyboardInterrupt:
                 process.stop_server_processes(running, 0.0, self._temp_dir)
                 raise
-        if self._guard is not None and not (running is not None and group.members(running.pid)):
+        if self._guard is not None and not (ended and ended.left):
             try:  # with processes left, the watchdog stays: it ends them once this kernel is gone
                 self._guard.wait(timeout=5)  # it leaves once the server's last process is gone
             except subprocess.TimeoutExpired:
@@ -279,7 +277,7 @@ def running_servers() -> list[VLLMServer]:
     for server in list(_LIVE):
         if server.is_running():
             whole.append(server)
-        elif server.holds_processes() or server.process is not None:
+        else:  # every server in _LIVE was spawned; stop() ends what is left of it, if anything
             server.stop()
     return whole
 
