@@ -1,7 +1,7 @@
 # The two commands of the README, and their pieces. Each sets up what it needs first.
 PY := .venv/bin/python
 
-.PHONY: course test setup browser unit notebooks clean
+.PHONY: course test test-gpu setup browser unit notebooks clean
 
 course: setup            ## run every notebook and lab headless; results under build/
 	$(PY) scripts/run_course.py
@@ -9,6 +9,11 @@ course: setup            ## run every notebook and lab headless; results under b
 test: setup browser      ## unit tests, the helpers' docstring examples, every notebook validated against the real server (and in a browser)
 	$(PY) -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v
 	$(PY) -m pytest helpers --doctest-modules -p no:cacheprovider -q
+
+test-gpu: setup          ## on an NVIDIA GPU: the tests, then every notebook and lab version against the GPU server (VLLM_COURSE_GPU_AS=t4 takes a T4's path)
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "make test-gpu needs an NVIDIA GPU, and nvidia-smi sees none: use make test"; exit 1; }
+	$(PY) -m helpers.serve.gpu
+	$(PY) -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser"
 
 setup:                   ## .venv with the right vLLM build and the embedded model
 	bash scripts/setup.sh

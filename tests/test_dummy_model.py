@@ -11,7 +11,8 @@ from helpers.errors import ModelNotAvailableError, NoGPUError
 from helpers.hardware import GPUInfo
 from helpers.paged.kv_math import kv_bytes_per_token, load_config
 from helpers.serve.model import prepare_embedded_model, resolve_model
-from helpers.serve.config import ServerConfig, build_launch, gpu_dtype
+from helpers.serve.config import ServerConfig, build_launch
+from helpers.serve.gpu import gpu_dtype
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ notebook and the lab start their servers through it).
 - :mod:`~helpers.serve.key_guard` (runs inside vLLM): the classroom key on every route but four read-only ones.
 - :mod:`~helpers.serve.access` (I/O): the OpenAI clients and keyed GET every server object offers.
 - :mod:`~helpers.serve.classroom` (I/O): :func:`connect` to a shared server an instructor started.
+- :mod:`~helpers.serve.gpu` (I/O): the dtype and attention backend a GPU needs, and whether torch and vLLM can use it.
 - :mod:`~helpers.serve.config` (pure): :class:`ServerConfig`, checked, and the command line it becomes.
 - :mod:`~helpers.serve.flags` (pure): which ``extra_args`` would take a flag the helper owns, or a secret.
 - :mod:`~helpers.serve.engine_env` (I/O): the environment variables this machine adds to a server.

