@@ -3,6 +3,7 @@ on a real vLLM server is tested in test_server_unit.py)."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -118,3 +119,26 @@ def test_a_second_interrupt_during_stop_kills_the_rest_at_once_and_goes_through(
         raise AssertionError("the interrupt was swallowed")
     assert time.monotonic() - began < 10  # SIGKILL at once, not a second full grace
     assert wait_until_gone(pids, timeout=0) == [] and not server._temp_dir.exists()
+
+
+# Listens on a free port and prints it: a plain process with a server socket.
+LISTENER = """
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(60)
+"""
+
+
+def test_listens_on_sees_a_childs_listening_socket_and_nothing_else():
+    child = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        port = int(child.stdout.readline())
+        with socket.socket() as idle:  # bound, not listening: a port nobody serves on
+            idle.bind(("127.0.0.1", 0))
+            assert process.listens_on(os.getpid(), port)  # the child's socket counts as ours
+            assert process.listens_on(child.pid, port)
+            assert not process.listens_on(child.pid, idle.getsockname()[1])
+    finally:
+        child.kill()
+        child.wait()
+    assert not process.listens_on(child.pid, port)  # gone: nothing listens

@@ -7,7 +7,8 @@
   clean-up code of its own) or when one of the server's own processes dies;
 - :func:`stop_server_processes` ends every process of the session (:mod:`helpers.serve.group`)
   and removes the server's files;
-- :func:`listens_on` and :func:`loaded_kernel_libraries` look at the running processes.
+- :func:`listens_on` (through :func:`tcp_connections`) and :func:`loaded_kernel_libraries` look at
+  the running processes.
 
 Used by :class:`helpers.serve.server.VLLMServer`.
 """
@@ -133,7 +134,7 @@ def listens_on(pid: int, port: int) -> bool:
     try:
         root = psutil.Process(pid)
         for proc in [root, *root.children(recursive=True)]:
-            for conn in proc.net_connections(kind="tcp"):
+            for conn in tcp_connections(proc):
                 if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port:
                     return True
     except psutil.AccessDenied:
@@ -141,6 +142,14 @@ def listens_on(pid: int, port: int) -> bool:
     except psutil.NoSuchProcess:
         return False
     return False
+
+
+def tcp_connections(proc: psutil.Process) -> list[Any]:
+    """The TCP sockets of one process. psutil 6 renamed ``Process.connections`` to
+    ``net_connections`` (the old name warns there); Colab's image has psutil 5.9.5, which has
+    only the old name, so take whichever this psutil has."""
+    read = getattr(proc, "net_connections", None) or proc.connections
+    return read(kind="tcp")
 
 
 def loaded_kernel_libraries(pid: int) -> set[str]:
