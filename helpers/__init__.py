@@ -10,7 +10,8 @@ Rooms (subpackages), each opened by a docstring that lists its modules:
 - ``helpers.lab``: the concurrency lab's results, plots and explanations.
 
 Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
-``validate`` (clear errors for bad arguments), ``feedback`` (every exercise's verdict), ``colab``.
+``validate`` (clear errors for bad arguments), ``feedback`` (every exercise's verdict), ``units``
+(durations and shares printed in the unit that shows them), ``colab``.
 
 A room imports the shared modules and the rooms listed before it, never one after it; each
 module has one role: a pure core, I/O, drawing, or notebook glue (``tests/test_layout.py``).

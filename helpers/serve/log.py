@@ -193,6 +193,7 @@ class KVCacheReport:
     max_model_len: int | None  # the per-request length the concurrency figure assumes
     max_concurrency: float  # requests of max_model_len tokens that fit at once
     memory_bytes: int | None = None  # KV pool size in bytes, where the engine reports it
+    memory_rounding_bytes: int = 0  # memory_bytes is exact (0), or rounded by the log to within +/- this
     dtype: str | None = None  # the dtype the model is served in ("bfloat16", "float32", ...)
     cache_dtype: str | None = None  # the KV cache's own dtype: "auto" follows ``dtype``; or "fp8", ...
 
@@ -216,7 +217,8 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
     The log line ("CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens per
     request: 45.50x") exists in every version the course supports; the metric labels add the
     block size and block count; the pool's bytes come from the metric where it has them,
-    else from the GPU worker's "Available KV cache memory: 113.66 GiB" line.
+    else from the GPU worker's "Available KV cache memory: 113.66 GiB" line, which rounds it to
+    0.01 GiB: ``memory_rounding_bytes`` says by how much (0.005 GiB there, 0 for the metric's exact bytes).
     """
     size = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
     concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
@@ -227,8 +229,11 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
     available = re.search(r"Available KV cache memory: ([\d.]+) GiB", log_text)
     dtype = re.search(r"\bdtype=torch\.(\w+)", log_text)  # the engine's config line
     cache_dtype = info.get("cache_dtype") or _group(re.search(r"kv_cache_dtype=(\w+)", log_text))
+    rounding = 0
     if memory is None and available:  # the GPU worker's line, rounded to 0.01 GiB
         memory = round(float(available.group(1)) * 2**30)
+        decimals = len(available.group(1).partition(".")[2])
+        rounding = round(0.5 * 10**-decimals * 2**30)
     return KVCacheReport(
         num_tokens=_int(size.group(1)),
         num_blocks=_optional_int(info.get("num_gpu_blocks")),
@@ -236,6 +241,7 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
         max_model_len=_int(concurrency.group(1)),
         max_concurrency=float(concurrency.group(2)),
         memory_bytes=memory,
+        memory_rounding_bytes=rounding,
         dtype=_group(dtype),
         cache_dtype=cache_dtype,
     )

@@ -1,0 +1,42 @@
+"""Numbers as the notebooks print them: a duration in the unit that shows it, a share with the digits it needs.
+
+The same sentence runs on a CPU, where an engine step takes tens of milliseconds, and on a GPU,
+where it takes a few hundred microseconds and a prompt token tens of microseconds: a format fixed
+in one unit prints "0.0 ms" or "0 s" there. These keep three significant digits in any unit.
+
+Example::
+
+    >>> duration(0.0000341), duration(0.00167), duration(0.0325), duration(14.8), duration(150.0)
+    ('34.1 µs', '1.67 ms', '32.5 ms', '14.8 s', '150 s')
+    >>> share(0.26), share(0.0143), share(0.00023), share(0.0)
+    ('26%', '1.4%', '0.023%', '0%')
+"""
+
+from __future__ import annotations
+
+import math
+
+_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+
+
+def duration(seconds: float, digits: int = 3) -> str:
+    """``seconds`` in s, ms, µs or ns, whichever puts it at 1 or more, to ``digits`` significant digits."""
+    if seconds == 0 or not math.isfinite(seconds):
+        return f"{seconds:g} s"
+    seconds = float(f"{seconds:.{digits}g}")  # first, so that 0.9999 s becomes 1.00 s, not 1000 ms
+    for scale, unit in _UNITS:
+        if abs(seconds) >= scale or unit == "ns":
+            value = seconds / scale
+            decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+            return f"{value:.{decimals}f} {unit}"
+    raise AssertionError("unreachable: the last unit takes any value")
+
+
+def share(fraction: float) -> str:
+    """A fraction as a percentage: whole percent from 10 %, else two significant digits (a GPU's KV
+    pool is so large that a few requests fill 0.023 % of it, which a whole-percent format calls 0 %)."""
+    percent = float(f"{100 * fraction:.2g}") if abs(fraction) < 0.1 else 100 * fraction
+    if percent == 0 or abs(percent) >= 10:
+        return f"{percent:.0f}%"
+    decimals = max(0, 1 - math.floor(math.log10(abs(percent))))
+    return f"{percent:.{decimals}f}%"
