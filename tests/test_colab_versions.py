@@ -3,7 +3,7 @@
 Colab's GPU image has ipywidgets 7.7.1 and psutil 5.9.5 (with the IPython, ipykernel and traitlets
 that go with them) and the course does not upgrade them there, so its animations and its process
 handling must work with those. This test builds a second, small environment with exactly the
-versions of Colab's published pip freeze (``shared/colab/pip-freeze-gpu.txt``), installs the course
+versions of Colab's published pip freeze (``tests/data/colab-image/pip-freeze-gpu.txt``), installs the course
 into it (``--no-deps -e .``, as Colab's setup cell does), and runs there the tests that build each
 animation and step its frames, and those that end plain processes' sessions, run the watchdog and
 read listening sockets. :mod:`tests.strict_widgets` makes an ipywidgets API that 7.7.1 lacks fail.
@@ -30,7 +30,7 @@ from helpers.paths import build_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where the course's checkout keeps Colab's published image lists (scripts/check_colab_plan.py reads them too).
-COLAB_DIRS = (ROOT.parent / "shared" / "colab", ROOT / "shared" / "colab")
+COLAB_DIRS = (ROOT / "tests" / "data" / "colab-image",)  # a copy of ../shared/colab: googlecolab/backend-info a724079
 VENV = build_dir() / "colab-versions-venv"
 # What the brief names, then what those import, and pytest's own: installed with --no-deps, so the
 # environment holds these and nothing else, each at Colab's version. Colab's image has no comm
