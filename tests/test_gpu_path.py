@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from helpers.errors import ConfigError, NoGPUError
-from helpers.hardware import GPUInfo, detect_gpus
+from helpers.hardware import GPUInfo, detect_device, detect_gpus
 from helpers.serve import gpu, preflight
 from helpers.serve.config import ServerConfig, build_launch
 
@@ -95,10 +95,16 @@ def test_a_working_stack_needs_no_explanation():
     assert gpu.what_to_do(gpu.Stack("2.11.0", "13.0", 1)) is None
 
 
-def test_the_probe_runs_in_a_real_subprocess_and_reports_this_machines_cpu_torch():
+ON_GPU = detect_device() == "cuda"
+
+
+def test_the_probe_runs_in_a_real_subprocess_and_reports_this_machines_torch():
     stack = gpu.probe_stack()
-    assert stack.torch and stack.torch_cuda is None and stack.gpus == 0 and stack.error is None
-    assert "is a CPU build" in gpu.what_to_do(stack)
+    assert stack.torch and stack.error is None
+    if ON_GPU:  # a GPU machine: torch sees it and vLLM's kernels loaded
+        assert stack.ok and stack.torch_cuda and stack.gpus >= 1 and gpu.what_to_do(stack) is None
+    else:
+        assert stack.torch_cuda is None and stack.gpus == 0 and "is a CPU build" in gpu.what_to_do(stack)
 
 
 def test_an_interpreter_that_dies_importing_is_reported_not_raised():
@@ -106,11 +112,14 @@ def test_an_interpreter_that_dies_importing_is_reported_not_raised():
     assert not stack.ok and "died importing" in stack.error and "torch and vLLM cannot" in gpu.what_to_do(stack)
 
 
-def test_the_command_line_check_exits_1_with_the_explanation_on_this_cpu_machine():
+def test_the_command_line_check_says_what_this_machine_can_do():
     import subprocess
 
     done = subprocess.run([sys.executable, "-m", "helpers.serve.gpu"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "is a CPU build" in done.stdout
+    if ON_GPU:
+        assert done.returncode == 0 and "vLLM's kernels load" in done.stdout
+    else:
+        assert done.returncode == 1 and "is a CPU build" in done.stdout
 
 
 def test_vllms_gpu_build_without_a_visible_gpu_is_refused_before_starting(monkeypatch):
@@ -121,5 +130,5 @@ def test_vllms_gpu_build_without_a_visible_gpu_is_refused_before_starting(monkey
     assert preflight.choose_device(ServerConfig(device="cpu")) == "cpu"  # asked for: it is the user's call
 
 
-def test_this_machines_vllm_is_the_cpu_build():
-    assert preflight.gpu_build_installed() is False
+def test_this_machines_vllm_build_matches_its_device():
+    assert preflight.gpu_build_installed() is ON_GPU

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.errors import InvalidArgumentError
+from helpers.units import gib_as_logged
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
 
@@ -112,7 +113,7 @@ class PoolCheck:
                        f"{theirs} are {engine - low:+,} blocks from it: {_ELSEWISE}.")
             return f"{self.pool_bytes:,} bytes / {per_block} = {low:,} whole blocks = {low * bs:,} tokens: {verdict}"
         gib, mid = 2**30, self.pool_bytes // self.block_bytes
-        shown, off = f"{self.pool_bytes / gib:.2f} GiB", engine - mid
+        shown, off = gib_as_logged(self.pool_bytes, self.rounding_bytes), engine - mid
         gap = (f"{abs(off):,} block{'s' * (abs(off) != 1)} ({abs(off) * bs:,} tokens) {'short of' if off > 0 else 'over'}"
                if off else "exactly")
         head = (f"The log gives the pool as {shown}, and {shown} / {per_block} = {mid:,} whole blocks = "

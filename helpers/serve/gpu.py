@@ -39,7 +39,12 @@ try:
     found.update(torch=torch.__version__, torch_cuda=torch.version.cuda,
                  gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0)
     if found["gpus"]:
-        import vllm._C  # vLLM's compiled kernels: they link to one CUDA runtime
+        import importlib, importlib.util
+        # vLLM's compiled kernels, which link to one CUDA runtime: vllm._C, or (0.26) vllm._C_stable_libtorch
+        names = [n for n in ("vllm._C", "vllm._C_stable_libtorch") if importlib.util.find_spec(n)]
+        if not names:
+            raise ImportError("vLLM's compiled kernels (vllm._C) are missing from this install")
+        importlib.import_module(names[0])
 except Exception as error:
     found["error"] = f"{type(error).__name__}: {error}"
 print(json.dumps(found))
