@@ -39,12 +39,15 @@ def prediction_record(
     trace: Sequence[BatchRequest] | None = None,
     fitted_from: str = "",
     measurements: Sequence[StepMeasurement] = (),
+    served_model: str = "",
+    device: str = "",
 ) -> dict[str, Any]:
     """The predicted output tok/s of `trace` (default: the lab's) at each max_num_seqs, as plain JSON data.
 
     Keys: max_num_seqs, predicted_output_tok_s, ratio_<last>_vs_<first>, step_time_model
-    (its parameters), fitted_from (how the model was measured), created (ISO time), and
-    measurements (the numbers it was fitted to).
+    (its parameters), fitted_from (how the model was measured), created (ISO time),
+    measurements (the numbers it was fitted to), and what it is a prediction for: the served
+    model, the device and the trace's output tokens (:func:`prediction_mismatch` compares them).
 
     >>> rec = prediction_record(StepTimeModel(), fitted_from="defaults")
     >>> rec["max_num_seqs"], round(rec["ratio_64_vs_8"], 2)
@@ -62,7 +65,33 @@ def prediction_record(
         "fitted_from": fitted_from,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "measurements": [asdict(m) for m in measurements],
+        "model": served_model,
+        "device": device,
+        "output_tokens": sorted({request.output_len for request in trace}),
     }
+
+
+def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str, output_tokens: int) -> str | None:
+    """Why a saved prediction is not one for this lab run (another model, device or output length), or None.
+
+    A step-time model fitted to one model on one machine says nothing about another: notebook 04
+    run last on the 8B shape must not be overlaid on a lab run on SmolLM2.
+
+    >>> saved = {"model": "dummy-llama-3.1-8b", "device": "cuda", "output_tokens": [256]}
+    >>> prediction_mismatch(saved, model="smollm2", device="cuda", output_tokens=256)
+    "it was made for model 'dummy-llama-3.1-8b', this run serves 'smollm2'"
+    >>> prediction_mismatch(saved, model="dummy-llama-3.1-8b", device="cuda", output_tokens=256) is None
+    True
+    """
+    saved = {"model": prediction.get("model"), "device": prediction.get("device")}
+    for key, now in (("model", model), ("device", device)):
+        if saved[key] and saved[key] != now:
+            return f"it was made for {key} {saved[key]!r}, this run serves {now!r}" if key == "model" else \
+                f"it was made on {saved[key]}, this run is on {device}"
+    lengths = prediction.get("output_tokens")
+    if lengths and lengths != [output_tokens]:
+        return f"it predicts {', '.join(map(str, lengths))} output tokens a request, this run sends {output_tokens}"
+    return None
 
 
 PREDICTION_REMEDY = ("Run notebook 04 (notebooks/04_continuous_batching.ipynb) again down to the cell that saves "
