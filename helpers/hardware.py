@@ -65,11 +65,16 @@ def detect_gpus() -> list[GPUInfo]:
 
 def emulated_gpu() -> str | None:
     """The GPU ``VLLM_COURSE_GPU_AS`` makes every GPU pass for ("t4"), or None."""
-    wanted = os.environ.get("VLLM_COURSE_GPU_AS", "").strip().lower()
+    return _asked_to_emulate("VLLM_COURSE_GPU_AS", tuple(EMULATED_GPUS))
+
+
+def _asked_to_emulate(variable: str, choices: tuple[str, ...]) -> str | None:
+    """The value of an emulation variable, checked against what the course can emulate; None when unset."""
+    wanted = os.environ.get(variable, "").strip().lower()
     if not wanted:
         return None
-    if wanted not in EMULATED_GPUS:
-        raise ValueError(f"VLLM_COURSE_GPU_AS must be one of {', '.join(EMULATED_GPUS)} (or unset), got {wanted!r}.")
+    if wanted not in choices:
+        raise ValueError(f"{variable} must be one of {', '.join(choices)} (or unset), got {wanted!r}.")
     return wanted
 
 
@@ -144,12 +149,7 @@ def detect_cpu(cpuinfo_text: str | None = None) -> CPUInfo:
 
 def emulated_isa() -> str | None:
     """The instruction set ``VLLM_COURSE_CPU_ISA`` limits the CPU to, or None."""
-    wanted = os.environ.get("VLLM_COURSE_CPU_ISA", "").strip().lower()
-    if not wanted:
-        return None
-    if wanted not in EMULATED_ISAS:
-        raise ValueError(f"VLLM_COURSE_CPU_ISA must be one of {', '.join(EMULATED_ISAS)} (or unset), got {wanted!r}.")
-    return wanted
+    return _asked_to_emulate("VLLM_COURSE_CPU_ISA", EMULATED_ISAS)
 
 
 def describe_machine() -> str:
