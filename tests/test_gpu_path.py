@@ -132,3 +132,28 @@ def test_vllms_gpu_build_without_a_visible_gpu_is_refused_before_starting(monkey
 
 def test_this_machines_vllm_build_matches_its_device():
     assert preflight.gpu_build_installed() is ON_GPU
+
+
+def test_a_stack_that_passed_is_remembered_for_this_install_and_probed_again_for_another(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_COURSE_BUILD", str(tmp_path))
+    probes = []
+    monkeypatch.setattr(gpu, "probe_stack", lambda: probes.append(1) or gpu.Stack("2.11.0", "13.0", 1))
+    for _ in range(2):
+        gpu.checked_stack.cache_clear()  # a new kernel
+        assert gpu.checked_stack().ok
+    assert len(probes) == 1 and (tmp_path / "gpu-stack-ok.json").exists()
+    monkeypatch.setattr(gpu, "stack_key", lambda: "another python|2.12.0|0.27.0|*")  # torch or vLLM reinstalled
+    gpu.checked_stack.cache_clear()
+    gpu.checked_stack()
+    assert len(probes) == 2
+    gpu.checked_stack.cache_clear()
+
+
+def test_a_failing_stack_is_never_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_COURSE_BUILD", str(tmp_path))
+    monkeypatch.setattr(gpu, "probe_stack", lambda: gpu.Stack("2.11.0+cu128", "12.8", 1, "ImportError: libcudart.so.13"))
+    gpu.checked_stack.cache_clear()
+    with pytest.raises(NoGPUError, match="libcudart.so.13"):
+        gpu.checked_stack()
+    assert not (tmp_path / "gpu-stack-ok.json").exists()
+    gpu.checked_stack.cache_clear()

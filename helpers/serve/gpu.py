@@ -17,15 +17,18 @@ server's start as a stack trace in its log. ``python -m helpers.serve.gpu`` runs
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 from helpers.errors import ConfigError, NoGPUError
+from helpers.files import write_atomically
 from helpers.hardware import GPUInfo
+from helpers.paths import build_dir
 from helpers.serve.config import ServerConfig
 
 T4_BACKEND = "TRITON_ATTN"  # vLLM's attention backend for GPUs without FlashAttention (before 8.0)
@@ -146,11 +149,42 @@ def what_to_do(stack: Stack) -> str | None:
 
 @lru_cache(maxsize=1)
 def checked_stack() -> Stack:
-    """:func:`probe_stack` once per kernel (it takes seconds), raising :class:`NoGPUError` with what to do."""
+    """:func:`probe_stack`, raising :class:`NoGPUError` with what to do.
+
+    Once per install, not per kernel: importing torch and vLLM's kernels took 9-13 s on the H200,
+    paid again by every notebook. A stack that passed is remembered under ``build/`` for this
+    interpreter and these installed versions (:func:`stack_key`); anything else probes again.
+    """
+    stamp = build_dir() / "gpu-stack-ok.json"
+    key = stack_key()
+    try:
+        if json.loads(stamp.read_text()).get("key") == key:
+            return Stack(**json.loads(stamp.read_text())["stack"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no stamp yet, or one from another install: probe
     stack = probe_stack()
     if (problem := what_to_do(stack)) is not None:
         raise NoGPUError(problem)
+    try:
+        write_atomically(stamp, json.dumps({"key": key, "stack": asdict(stack)}) + "\n")
+    except OSError:
+        pass  # a read-only course folder: the next kernel probes again, nothing worse
     return stack
+
+
+def stack_key() -> str:
+    """What a passed stack check depends on: the interpreter, torch's and vLLM's installed versions, the GPUs
+    visible (read from package metadata and the environment: milliseconds, nothing imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "-"
+
+    return "|".join((sys.executable, installed("torch"), installed("vllm"),
+                     os.environ.get("CUDA_VISIBLE_DEVICES", "*")))
 
 
 if __name__ == "__main__":
