@@ -188,7 +188,9 @@ def stack_key() -> str:
 
 
 if __name__ == "__main__":
-    found = probe_stack()
-    problem = what_to_do(found)
-    print(problem or f"torch {found.torch} (CUDA {found.torch_cuda}) sees {found.gpus} GPU(s); vLLM's kernels load.")
-    sys.exit(1 if problem else 0)
+    try:
+        found = checked_stack()  # remembered: the notebooks' first servers then skip the probe
+    except NoGPUError as problem:
+        print(problem)
+        sys.exit(1)
+    print(f"torch {found.torch} (CUDA {found.torch_cuda}) sees {found.gpus} GPU(s); vLLM's kernels load.")
