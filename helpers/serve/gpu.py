@@ -80,7 +80,7 @@ def gpu_settings(config: ServerConfig, gpus: Sequence[GPUInfo]) -> tuple[ServerC
     if weakest is None or weakest.supports_bf16:
         return config, None
     where = f"{weakest.name}, compute capability {'.'.join(map(str, weakest.compute_capability))}"
-    if config.dtype in ("bfloat16",):
+    if config.dtype == "bfloat16":
         raise ConfigError(
             f"dtype={config.dtype!r} cannot be served on this GPU ({where}): it has no bf16 arithmetic, and vLLM "
             "refuses bf16 there. Use dtype='half' (float16), or dtype=None to let the course choose."

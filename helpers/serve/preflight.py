@@ -59,7 +59,7 @@ def gpu_build_installed() -> bool:
 def check_device_options(config: ServerConfig, device: Device) -> None:
     """Refuse options the device has no kernels for (FP8 on CPU), and a GPU that torch and vLLM cannot use."""
     if device == "cuda":
-        gpu.checked_stack()  # seconds, once per kernel; says what to do when the GPU is unusable
+        gpu.checked_stack()  # seconds, once per install; says what to do when the GPU is unusable
     if device == "cpu" and config.quantization and config.quantization.startswith("fp8"):
         # Measured: vLLM 0.32's CPU build starts loading, then dies in a kernel it lacks.
         raise NoGPUError(
