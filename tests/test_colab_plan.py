@@ -9,6 +9,8 @@ The image's files are read from tests/data/colab-image (or $COLAB_IMAGE_DIR).
 """
 
 import importlib.util
+import setuptools  # noqa: F401  before anything imports the stdlib's distutils: torch imports setuptools
+# later in this process (vLLM's parser, in other tests), and setuptools refuses a distutils not its own
 import shutil
 import subprocess
 import sys
