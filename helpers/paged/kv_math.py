@@ -74,7 +74,7 @@ class PoolCheck:
 
     Where the engine gives the pool's bytes exactly (vLLM's CPU build: ``kv_cache_memory_bytes`` on
     ``/metrics``) the hand count is one number; where its log rounds them (vLLM 0.26 on a GPU:
-    "Available KV cache memory: 127.95 GiB", to 0.01 GiB) it is the range of block counts the
+    "Available KV cache memory: 127.95 GiB", to the decimals printed) it is the range of block counts the
     rounded figure allows.
     """
 

