@@ -22,7 +22,8 @@ import pytest
 
 from helpers.hardware import detect_cpu
 from helpers.load.workload import LAB_PROMPT_LENS, ServerTokenizer, Workload, build_workload, token_prompt
-from helpers.load.client import Endpoint, RequestSpec, make_client
+from helpers.load.client import Endpoint, RequestSpec
+from helpers.load.http import make_client
 from helpers.load.run import run_load_test
 from helpers.load.summary import summarize
 from tests.conftest import finished_requests

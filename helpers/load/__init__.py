@@ -5,6 +5,7 @@ One client, one poller, one summary, shared by notebooks 02-05 and the lab:
 - ``workload``: the lab's prompt mix (``LAB_PROMPT_LENS``), real-text prompts of exact
   token lengths, and random token-id prompts (pure, plus the server's tokenizer over HTTP);
 - ``client``: one request in, one ``RequestRecord`` out, never an exception (I/O);
+- ``http``: the connection pool it sends through (aiohttp, as ``vllm bench serve``; I/O);
 - ``run``: a workload sent with a concurrency cap and arrival times, kept as a ``LoadTestRun`` (I/O);
 - ``summary``: records to a typed ``RunSummary`` (pure);
 - ``prometheus``: ``/metrics`` text to numbers (pure); ``poller``: sampling it during a load (I/O);

@@ -12,6 +12,8 @@ the model worker, and every microsecond it spends per streamed token is taken fr
 engine. The client reads the stream as raw bytes and records ``time.perf_counter()`` per
 network read; the server-sent events are parsed once the stream has ended.
 
+It sends through :mod:`helpers.load.http` (aiohttp, as ``vllm bench serve`` does; that module says why).
+
 No retries: a failed request must show up as an error, not as a slow success.
 """
 
@@ -24,9 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from helpers import validate
+from helpers.load.http import DEFAULT_TIMEOUT_S, LoadClient, raise_for_status
 
-DEFAULT_TIMEOUT_S = 600.0  # per request, from the moment it is sent
-CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ async def send_request(client: Any, model: str, spec: RequestSpec, run_start: fl
                        timeout_s: float = DEFAULT_TIMEOUT_S) -> RequestRecord:
     """Send one request; return its record. Never raises (except on cancel).
 
-    ``client`` is an ``openai.AsyncOpenAI`` (:func:`make_client`); ``run_start`` a
+    ``client`` comes from :func:`make_client`; ``run_start`` a
     ``time.perf_counter()`` value. A ``timeout_s`` that is not a positive, finite number of
     seconds is refused (``ValueError``) before anything is sent. The request counts as
     failed unless the server generated exactly ``spec.max_tokens`` tokens.
@@ -151,7 +152,7 @@ async def send_request(client: Any, model: str, spec: RequestSpec, run_start: fl
 
 def _request_args(model: str, spec: RequestSpec) -> dict[str, Any]:
     args: dict[str, Any] = {"model": model, "max_tokens": spec.max_tokens, "temperature": 0.0,
-                            "extra_body": {"ignore_eos": True}}  # vLLM-specific: always generate max_tokens tokens
+                            "ignore_eos": True}  # vLLM-specific: always generate max_tokens tokens
     if spec.stream:
         args.update(stream=True, stream_options={"include_usage": True})
     if spec.is_tokens:
@@ -171,20 +172,24 @@ def chat_messages(spec: RequestSpec) -> list[dict[str, str]]:
     return [{"role": "system", "content": spec.system}, user] if spec.system is not None else [user]
 
 
-async def _stream(client: Any, model: str, spec: RequestSpec, arrivals: list[float], chunks: list[bytes]) -> None:
-    # with_streaming_response: the raw HTTP stream, without building a typed object per chunk.
-    endpoint = client.completions if spec.is_tokens else client.chat.completions
-    async with endpoint.with_streaming_response.create(**_request_args(model, spec)) as response:
-        async for chunk in response.iter_bytes():
+async def _stream(client: LoadClient, model: str, spec: RequestSpec, arrivals: list[float], chunks: list[bytes]) -> None:
+    async with client.post(_path(spec), _request_args(model, spec)) as response:
+        await raise_for_status(response)
+        async for chunk in response.content.iter_any():
             arrivals.append(time.perf_counter())  # the hot loop: a timestamp and a reference, nothing else
             chunks.append(chunk)
 
 
-async def _whole(client: Any, model: str, spec: RequestSpec, record: RequestRecord) -> None:
-    endpoint = client.completions if spec.is_tokens else client.chat.completions
-    reply = await endpoint.create(**_request_args(model, spec))
-    record.prompt_tokens = reply.usage.prompt_tokens
-    record.output_tokens = reply.usage.completion_tokens
+async def _whole(client: LoadClient, model: str, spec: RequestSpec, record: RequestRecord) -> None:
+    async with client.post(_path(spec), _request_args(model, spec)) as response:
+        await raise_for_status(response)
+        usage = (await response.json()).get("usage") or {}
+    record.prompt_tokens = usage.get("prompt_tokens")
+    record.output_tokens = usage.get("completion_tokens")
+
+
+def _path(spec: RequestSpec) -> str:
+    return "/completions" if spec.is_tokens else "/chat/completions"
 
 
 def _fill_from_stream(record: RequestRecord, sent: float, arrivals: list[float], chunks: list[bytes]) -> None:
@@ -230,9 +235,10 @@ def _one_line(error: object) -> str:
     if isinstance(error, BaseException):
         status = getattr(error, "status_code", None)
         message = getattr(error, "message", None) or str(error) or repr(error)
-        text = f"{type(error).__name__}{f' {status}' if status else ''}: {message}"
+        name = getattr(error, "kind", None) or type(error).__name__
+        text = f"{name}{f' {status}' if status else ''}: {message}"
         cause = error.__cause__ or error.__context__
-        if cause is not None and str(cause) and str(cause) not in text:  # e.g. why "Connection error."
+        if cause is not None and str(cause) and str(cause) not in text:  # e.g. why a connection failed
             text += f" ({type(cause).__name__}: {cause})"
     else:
         text = str(error)
@@ -250,24 +256,3 @@ class Endpoint:
     @property
     def base_url(self) -> str:
         return f"{self.url.rstrip('/')}/v1"
-
-
-def make_client(target: Any, max_connections: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
-    """An AsyncOpenAI client with an explicit connection pool and timeouts, and no retries.
-
-    No retries: a failed request must show up as an error, not as a slow success.
-    """
-    max_connections = validate.positive_int(max_connections, "max_connections")
-    timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
-    import openai
-
-    # The Limits class of whichever HTTP library this openai version is built on (httpx or httpx2).
-    limits = type(openai.DEFAULT_CONNECTION_LIMITS)(
-        max_connections=max_connections, max_keepalive_connections=max_connections)
-    return openai.AsyncOpenAI(
-        base_url=target.base_url, api_key=getattr(target, "api_key", "not-needed"),
-        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
-        timeout=openai.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S), max_retries=0,
-    )
-
-

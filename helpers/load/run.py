@@ -32,7 +32,8 @@ from typing import Any
 
 from helpers import validate
 from helpers.hardware import describe_machine, detect_cpu
-from helpers.load.client import DEFAULT_TIMEOUT_S, RequestRecord, RequestSpec, make_client, send_request
+from helpers.load.client import DEFAULT_TIMEOUT_S, RequestRecord, RequestSpec, send_request
+from helpers.load.http import make_client
 from helpers.load.summary import RunSummary, describe_failures, summarize
 from helpers.load.workload import Workload
 
