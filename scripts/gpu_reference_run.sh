@@ -42,7 +42,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         lab-smollm2) "$PY" scripts/run_course.py --out build/gpu/smollm2 labs/01_concurrency_lab.ipynb ;;
         lab-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
-        notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb ;;
+        notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb
+            cp build/tuning/startup.json build/gpu/notebooks/ 2>/dev/null ;;  # -> results/gpu/startup.json
         test) "$PY" -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser" ;;
         nbval) "$PY" -m pytest notebooks labs --nbval-lax -p no:cacheprovider -v ;;
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;

@@ -1,0 +1,91 @@
+"""results/gpu/executed/ holds the notebooks as they ran on the reference GPU: it must be the course as it is now.
+
+An executed copy whose code differs from its notebook shows a learner outputs that today's code would not print,
+so every change to a notebook's code asks for a new GPU run (scripts/gpu_reference_run.sh). Each copy must also
+have run every code cell without an error, and printed exactly what nbval checks on CPU in the cells marked
+NBVAL_CHECK_OUTPUT (those outputs do not depend on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXECUTED = ROOT / "results" / "gpu" / "executed"
+COPIES = sorted(EXECUTED.glob("*.ipynb"))
+
+
+def source_of(copy: Path) -> Path:
+    """notebooks/NN_name.ipynb for NN_name.ipynb; labs/NAME.ipynb for lab_NAME-MODEL.ipynb (one copy per model)."""
+    if copy.name.startswith("lab_"):
+        return ROOT / "labs" / (copy.name[len("lab_"):].split("-", 1)[0] + ".ipynb")
+    return ROOT / "notebooks" / copy.name
+
+
+def code_cells(path: Path) -> list[dict]:
+    return [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+
+
+def text(source: str | list[str]) -> str:
+    return source if isinstance(source, str) else "".join(source)
+
+
+def shown(outputs: list[dict]) -> str:
+    """What a cell printed or displayed as text, in order (streams joined, as nbval joins them)."""
+    parts = []
+    for output in outputs:
+        if output["output_type"] == "stream":
+            parts.append(text(output["text"]))
+        elif "data" in output and "text/plain" in output["data"]:
+            parts.append(text(output["data"]["text/plain"]))
+    return "".join(parts)
+
+
+def test_every_notebook_and_lab_has_an_executed_copy():
+    names = {copy.name for copy in COPIES}
+    missing = [path.name for path in sorted((ROOT / "notebooks").glob("*.ipynb")) if path.name not in names]
+    missing += [path.name for path in sorted((ROOT / "labs").glob("*.ipynb"))
+                if not any(name.startswith(f"lab_{path.stem}-") for name in names)]
+    assert not missing, f"no executed GPU copy of {missing}: run scripts/gpu_reference_run.sh on a GPU"
+    timings = json.loads((EXECUTED / "timings.json").read_text())
+    assert len(timings) == len(COPIES), f"timings.json has {len(timings)} entries for {len(COPIES)} copies"
+
+
+@pytest.mark.parametrize("copy", COPIES, ids=lambda path: path.name)
+def test_an_executed_copy_ran_the_code_its_notebook_has_now(copy: Path):
+    source = source_of(copy)
+    assert source.exists(), f"{copy.name}: its notebook {source.relative_to(ROOT)} is gone; remove the copy"
+    ran = [text(cell["source"]) for cell in code_cells(copy)]
+    now = [text(cell["source"]) for cell in code_cells(source)]
+    differing = [index for index, (old, new) in enumerate(zip(ran, now)) if old != new]
+    assert len(ran) == len(now) and not differing, (
+        f"{copy.name} ran other code than {source.relative_to(ROOT)} has now ({len(ran)} code cells against "
+        f"{len(now)}; differing code cells: {differing[:10]}): rerun it on a GPU (scripts/gpu_reference_run.sh) "
+        "and copy the executed notebook here")
+
+
+@pytest.mark.parametrize("copy", COPIES, ids=lambda path: path.name)
+def test_an_executed_copy_ran_every_cell_without_an_error(copy: Path):
+    for index, cell in enumerate(code_cells(copy)):
+        if not text(cell["source"]).strip():
+            continue
+        assert cell.get("execution_count") is not None, f"{copy.name}: code cell {index} never ran"
+        errors = [output for output in cell["outputs"] if output["output_type"] == "error"]
+        assert not errors, f"{copy.name}: code cell {index} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+@pytest.mark.parametrize("copy", COPIES, ids=lambda path: path.name)
+def test_an_executed_copy_printed_what_nbval_checks(copy: Path):
+    checked = 0
+    for index, (ran, committed) in enumerate(zip(code_cells(copy), code_cells(source_of(copy)))):
+        if "NBVAL_CHECK_OUTPUT" not in text(committed["source"]):
+            continue
+        checked += 1
+        assert shown(ran["outputs"]) == shown(committed["outputs"]), (
+            f"{copy.name}: code cell {index} (NBVAL_CHECK_OUTPUT) printed other text on the GPU than its notebook shows")
+    if not copy.name.startswith("lab_"):
+        marked = sum("NBVAL_CHECK_OUTPUT" in text(cell["source"]) for cell in code_cells(source_of(copy)))
+        assert checked == marked
