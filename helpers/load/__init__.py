@@ -7,6 +7,9 @@ One client, one poller, one summary, shared by notebooks 02-05 and the lab:
 - ``client``: one request in, one ``RequestRecord`` out, never an exception (I/O);
 - ``http``: the connection pool it sends through (aiohttp, as ``vllm bench serve``; I/O);
 - ``run``: a workload sent with a concurrency cap and arrival times, kept as a ``LoadTestRun`` (I/O);
+- ``arrivals``: open-loop arrival times at a request rate, Poisson or bursty (pure);
+- ``slo``: service-level objectives and goodput, as ``vllm bench serve --goodput`` (pure);
+- ``ttft_split``: TTFT split into queueing and prefill from vLLM's histograms (pure);
 - ``summary``: records to a typed ``RunSummary`` (pure);
 - ``prometheus``: ``/metrics`` text to numbers (pure); ``poller``: sampling it during a load (I/O);
 - ``plots``: the polled gauges over time (drawing);

@@ -46,6 +46,8 @@ COURSE_METRICS = (
     "prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
     "iteration_tokens_total_count", "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count",
     "request_decode_time_seconds_sum", "request_decode_time_seconds_count",
+    "request_queue_time_seconds_sum", "request_queue_time_seconds_count",  # helpers.load.ttft_split
+    "request_prefill_time_seconds_sum", "request_prefill_time_seconds_count",
 )
 
 
