@@ -11,6 +11,7 @@ Used by ``notebooks/05_throughput_tuning.ipynb``. Modules, by role:
   server settings;
 - :mod:`~helpers.tuning.comparison` (pure): before/after ratios and the sentences about them;
 - :mod:`~helpers.tuning.report` (pure): the Markdown checklist and memory table;
+- :mod:`~helpers.tuning.roofline` (pure, and a copy benchmark): the memory-bandwidth bound of a decode step;
 - :mod:`~helpers.tuning.startup` (pure, and its results file): compiled against eager start-up on a GPU;
 - :mod:`~helpers.tuning.plots` (drawing): the notebook's figures;
 - :mod:`~helpers.tuning.exercises` (notebook glue): the exercises' ``grade_*`` / ``check_*``.
