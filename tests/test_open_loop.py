@@ -116,21 +116,45 @@ def test_a_split_needs_requests_that_finished_between_the_scrapes():
         ttft_split(same, same)
 
 
+# ----- the warm-up burst -------------------------------------------------------------------------------------------
+def test_a_warm_up_copy_has_the_workloads_shape_fresh_prompts_and_few_tokens():
+    from helpers.load.client import RequestSpec
+    from helpers.load.warmup import WARM_UP_OUTPUT_TOKENS, fresh_copy, needs_warm_up
+    from helpers.load.workload import Workload
+
+    specs = tuple(RequestSpec(i, f"(ab12/{i}) question", 5, 64, system="(ab12) rules", arrival_s=i) for i in range(3))
+    copy = fresh_copy(Workload(specs, (5,), 64, 0, "ab12"))
+    assert copy.run_tag != "ab12" and len(copy.run_tag) == 4 and len(copy.requests) == 3
+    for old, new in zip(specs, copy.requests):
+        assert new.prompt == old.prompt.replace("ab12", copy.run_tag) and new.system == f"({copy.run_tag}) rules"
+        assert new.max_tokens == WARM_UP_OUTPUT_TOKENS and new.arrival_s == 0 and new.prompt_tokens == old.prompt_tokens
+
+    class Target:
+        device = "cuda"
+    assert needs_warm_up(Target()) and not needs_warm_up(object())
+
+
 # ----- the chain, on a real server ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    from helpers.serve.server import start_server
+
+    with start_server(max_num_seqs=2, quiet=True) as running:
+        yield running
+
+
 @pytest.mark.server
 @pytest.mark.usefixtures("no_server_left_behind")
-def test_open_loop_traffic_on_a_real_server_arrives_on_time_and_its_ttft_splits_into_the_engines_phases():
+def test_open_loop_traffic_on_a_real_server_arrives_on_time_and_its_ttft_splits_into_the_engines_phases(server):
     from helpers.load.poller import scrape
     from helpers.load.run import run_load_test
     from helpers.load.workload import build_workload
-    from helpers.serve.server import start_server
 
-    with start_server(max_num_seqs=2, quiet=True) as server:
-        workload = build_workload(server, num_requests=6, prompt_lens=(16, 64), output_tokens=8)
-        times = arrival_times(6, rate=1.5, seed=0)
-        before = scrape(server)
-        run = asyncio.run(run_load_test(server, with_arrivals(workload, times), progress=False, timeout_s=300))
-        after = scrape(server)
+    workload = build_workload(server, num_requests=6, prompt_lens=(16, 64), output_tokens=8)
+    times = arrival_times(6, rate=1.5, seed=0)
+    before = scrape(server)
+    run = asyncio.run(run_load_test(server, with_arrivals(workload, times), progress=False, timeout_s=300))
+    after = scrape(server)
     assert run.summary.num_ok == 6
     for spec_time, rec in zip(times, run.records):
         assert spec_time - 0.01 <= rec.send_s <= spec_time + 0.5  # sent when it arrived, not in a burst
@@ -141,3 +165,24 @@ def test_open_loop_traffic_on_a_real_server_arrives_on_time_and_its_ttft_splits_
     assert split.server_ttft_s <= split.client_ttft_s + 0.05
     assert goodput(run.records, SLO(ttft_ms=600_000), run.wall_s).good == 6
     assert goodput(run.records, SLO(e2el_ms=0), run.wall_s).good == 0
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+def test_a_warm_up_leaves_the_timed_run_nothing_in_the_prefix_cache(server):
+    from helpers.load.poller import scrape
+    from helpers.load.run import run_load_test
+    from helpers.load.warmup import warm_up
+    from helpers.load.workload import build_workload
+
+    workload = build_workload(server, num_requests=3, prompt_lens=(300,), output_tokens=4)
+    assert asyncio.run(warm_up(server, workload)) is None  # a CPU server is not warmed
+    assert asyncio.run(warm_up(server, workload, force=True)) > 0
+    before = scrape(server)
+    run = asyncio.run(run_load_test(server, workload, progress=False, timeout_s=300))
+    after = scrape(server)
+    assert run.summary.num_ok == 3
+    block = int(server.kv_cache.block_size)
+    hits = after.prefix_cache_hits - before.prefix_cache_hits
+    # at most the chat template's opening block(s) before the run tag, never the 300-token prompts the warm-up sent
+    assert hits <= 3 * block, f"{hits} prompt tokens of the timed run came from the warm-up's cache"

@@ -38,6 +38,7 @@ from helpers.hardware import other_vllm_servers
 from helpers.lab.results import NotRunPoint, save_not_run, save_run
 from helpers.load.pace import LAB_OUTPUT_TOKENS, lab_output_tokens, measure_pace
 from helpers.load.run import LoadTestRun, run_load_test
+from helpers.load.warmup import WARM_UP_OUTPUT_TOKENS, warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, Workload, build_workload
 from helpers.serve.process import death_of
 from helpers.serve.server import start_server
@@ -176,8 +177,9 @@ async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *
 
 async def _run_setting(server: Any, max_num_seqs: int, others: int, result: SweepResult, out: Path | str,
                        quiet: bool, started_at: str) -> None:
-    """The load tests of one setting on its server; from the one the server died in (or no longer
-    answered before), the rest are marked not run."""
+    """The load tests of one setting on its server (a GPU server warmed first, untimed: see
+    :mod:`helpers.load.warmup`); from the one the server died in (or no longer answered before),
+    the rest are marked not run."""
     for repetition in range(result.plan.repetitions):
         if (death := death_of(server, wait_s=0)) is not None:
             _mark_not_run(result, max_num_seqs, repetition, death, out, started_at)
@@ -189,6 +191,9 @@ async def _run_setting(server: Any, max_num_seqs: int, others: int, result: Swee
             _mark_not_run(result, max_num_seqs, repetition, death_of(server) or
                           f"server stopped answering: {error}", out, started_at)
             return
+        if repetition == 0 and (warmed_s := await warm_up(server, workload)) is not None:
+            print(f"  max_num_seqs={max_num_seqs}: warm-up burst of {len(workload.requests)} requests x "
+                  f"{WARM_UP_OUTPUT_TOKENS} tokens, untimed, {warmed_s:.1f} s", flush=True)
         run = await run_load_test(server, workload, progress=not quiet,
                                   label=f"max_num_seqs={max_num_seqs}, run {repetition + 1}")
         run.settings["other_vllm_servers_at_start"] = others

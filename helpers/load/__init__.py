@@ -13,5 +13,6 @@ One client, one poller, one summary, shared by notebooks 02-05 and the lab:
 - ``summary``: records to a typed ``RunSummary`` (pure);
 - ``prometheus``: ``/metrics`` text to numbers (pure); ``poller``: sampling it during a load (I/O);
 - ``plots``: the polled gauges over time (drawing);
+- ``warmup``: an untimed burst of a load's shape before a GPU server's first timed load (I/O);
 - ``pace``: how fast this machine serves the lab's mix, to size the notebooks' loads (I/O).
 """

@@ -24,6 +24,7 @@ from helpers.hardware import detect_cpu, other_vllm_servers
 from helpers.load.client import DEFAULT_TIMEOUT_S, chat_messages
 from helpers.load.poller import watch
 from helpers.load.run import run_load_test
+from helpers.load.warmup import warm_up
 from helpers.load.workload import ServerTokenizer, Workload
 from helpers.serve.process import death_of
 from helpers.tuning.arithmetic import GIB
@@ -50,6 +51,8 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
                                           hint="It is how often /metrics is polled, e.g. 0.25.")
     timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
     label = f"{lever}: {setting}"
+    # a GPU server's first load pays one-time costs: an untimed burst of the same shape pays them (helpers.load.warmup)
+    await warm_up(server, workload)
     own_pid = getattr(getattr(server, "process", None), "pid", None)
     others = other_vllm_servers(exclude_pid=own_pid)
     run, samples = await watch(run_load_test(server, workload, label=label, timeout_s=timeout_s,
