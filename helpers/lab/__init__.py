@@ -5,6 +5,8 @@
 - ``results``: I/O; run files saved as JSON and loaded back, the committed reference runs.
 - ``table``: pure; runs grouped by setting, pooled into typed rows, written as Markdown tables.
 - ``plots``: drawing; latency CDFs, throughput bars, the per-request timeline, the sweep.
+- ``client_exercise``: I/O and checks; the learner's ``send_one`` run over a workload and held against the
+  course's load tester.
 - ``naive``: I/O; the lab's requests one at a time through ``transformers``' ``generate()``, against vLLM.
 - ``findings``: pure text; one sentence-builder per effect, from the numbers.
 - ``explain``: notebook glue; the explanation of the speed-up, findings in order.

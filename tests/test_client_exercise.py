@@ -1,0 +1,87 @@
+"""helpers.lab.client_exercise: the learner's asyncio client, run and held against the course's load tester."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from helpers.lab.client_exercise import compare_clients, run_learner_client
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
+
+
+def solution():
+    spec = importlib.util.spec_from_file_location("lab_client", ROOT / "docs" / "solutions" / "lab_client.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.send_one
+
+
+async def serialized(client, model, prompt, max_tokens, _lock=asyncio.Lock()):
+    """A client that waits for each request before sending the next: the mistake the check must catch."""
+    async with _lock:
+        return await solution()(client, model, prompt, max_tokens)
+
+
+async def wrong_clock(client, model, prompt, max_tokens):
+    record = await solution()(client, model, prompt, max_tokens)
+    return {**record, "first_token": record["end"]}  # the last token taken for the first
+
+
+async def raises(client, model, prompt, max_tokens):
+    raise RuntimeError("not written yet")
+
+
+@pytest.fixture(scope="module")
+def server():
+    from helpers.serve.server import start_server
+
+    with start_server(max_num_seqs=4, quiet=True) as running:
+        yield running
+
+
+SHAPE = dict(num_requests=4, output_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def course(server):
+    from helpers.load.run import run_load_test
+    from helpers.load.workload import build_workload
+
+    return asyncio.run(run_load_test(server, build_workload(server, **SHAPE), progress=False, timeout_s=300))
+
+
+def runs(server, course, send_one):
+    from helpers.load.workload import build_workload
+
+    return asyncio.run(run_learner_client(send_one, server, build_workload(server, **SHAPE))), course
+
+
+def test_the_solution_is_accounted_for_and_measures_what_the_course_does(server, course):
+    learner, course = runs(server, course, solution())
+    check = compare_clients(learner, course)
+    assert check.accounted and check.same_tokens and not check.first_is_last, [r.error for r in learner.records]
+    # the learner-facing tolerances (15% / 25%) hold on a quiet machine; under a test suite's load, a sanity band
+    assert 0.5 < check.throughput_ratio < 2 and 0.5 < check.ttft_ratio < 2, check.describe()
+    assert all(0 < r.ttft_s < r.e2e_s for r in learner.records)
+
+
+def test_a_client_that_sends_one_request_at_a_time_does_not_pass(server, course):
+    check = compare_clients(*runs(server, course, serialized))
+    assert check.accounted and not check.passed and check.throughput_ratio < 0.6, check.describe()
+
+
+def test_a_client_that_times_the_first_token_after_the_stream_does_not_pass(server, course):
+    check = compare_clients(*runs(server, course, wrong_clock))
+    assert check.first_is_last and not check.passed
+    assert "inside the loop over the stream" in check.describe()
+
+
+def test_a_client_that_raises_becomes_failed_records_that_say_why(server, course):
+    learner, course = runs(server, course, raises)
+    assert all(not r.ok and "send_one raised RuntimeError: not written yet" in r.error for r in learner.records)
+    assert compare_clients(learner, course).describe().startswith("Not yet")
