@@ -144,3 +144,18 @@ def test_failures_are_described_in_words_grouped_by_error_most_frequent_first():
     many = [failed(i, error=f"error {i}") for i in range(5)]
     assert describe_failures(many).endswith("; and 2 other errors.")
     assert describe_failures([failed(0, error=None)]) == "1 of 1 request failed: no error message (1)."
+
+
+def test_a_bootstrap_interval_brackets_the_percentile_and_narrows_with_more_requests():
+    from helpers.load.summary import percentile_interval
+
+    rng = np.random.default_rng(3)
+    few, many = rng.exponential(2.0, 50), rng.exponential(2.0, 5000)
+    lo, hi = percentile_interval(few, 95)
+    assert lo <= percentile(few, 95) <= hi
+    lo_many, hi_many = percentile_interval(many, 95)
+    assert (hi_many - lo_many) < (hi - lo) / 5  # sqrt(100) = 10x narrower in theory
+    # 50 requests: the p95 of another run could land anywhere in a band wider than a third of its value
+    assert (hi - lo) > percentile(few, 95) / 3
+    assert percentile_interval(few, 95) == percentile_interval(few, 95)  # seeded
+    assert percentile_interval([1.0], 95) is None

@@ -17,7 +17,8 @@ Definitions (client clock):
 - peak_generating: most requests that were between their first and last token at one
   instant; a lower bound on the server's running batch (a request also runs during its prefill).
 
-What it leaves out: goodput against latency targets, per-second time series.
+What it leaves out: per-second time series. :func:`percentile_interval` bounds a percentile by the
+bootstrap; goodput against latency targets is :mod:`helpers.load.slo`.
 
 Example::
 
@@ -103,6 +104,25 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     2.5
     """
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+def percentile_interval(values: Sequence[float], q: float, *, level: float = 0.9, resamples: int = 2000,
+                        seed: int = 0) -> tuple[float, float] | None:
+    """A bootstrap interval for the ``q``-th percentile of ``values``: resample them with replacement,
+    take each resample's percentile, and keep the middle ``level`` of those. It says how far the percentile
+    of another run of the same size could land; None for fewer than two values.
+
+    >>> lo, hi = percentile_interval(list(range(1, 51)), 95)
+    >>> lo < percentile(list(range(1, 51)), 95) < hi
+    True
+    """
+    data = np.asarray(values, dtype=float)
+    if len(data) < 2:
+        return None
+    samples = np.random.default_rng(seed).choice(data, size=(resamples, len(data)), replace=True)
+    estimates = np.percentile(samples, q, axis=1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(estimates, tail)), float(np.percentile(estimates, 100 - tail))
 
 
 def summarize(records: Sequence[Any]) -> RunSummary:
