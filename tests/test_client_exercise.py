@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers.lab.client_exercise import compare_clients, run_learner_client
+from tests.real_server import server_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
@@ -36,12 +37,7 @@ async def raises(client, model, prompt, max_tokens):
     raise RuntimeError("not written yet")
 
 
-@pytest.fixture(scope="module")
-def server():
-    from helpers.serve.server import start_server
-
-    with start_server(max_num_seqs=4, quiet=True) as running:
-        yield running
+server = server_fixture(max_num_seqs=4)
 
 
 SHAPE = dict(num_requests=4, output_tokens=8)

@@ -26,6 +26,7 @@ from helpers.load.client import Endpoint, RequestSpec
 from helpers.load.http import make_client
 from helpers.load.run import run_load_test
 from helpers.load.summary import summarize
+from tests.real_server import server_fixture
 from tests.conftest import finished_requests
 
 
@@ -401,12 +402,7 @@ def test_failed_requests_are_reported_in_words_with_their_count_and_error(capsys
 
 
 # ----- against the real vLLM server ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
-    from helpers.serve.server import start_server
-
-    with start_server(max_num_seqs=4, quiet=True) as running:
-        yield running
+server = server_fixture(max_num_seqs=4)
 
 
 @pytest.mark.server

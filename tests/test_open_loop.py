@@ -17,6 +17,7 @@ from helpers.load.arrivals import arrival_times, offered_rate, with_arrivals
 from helpers.load.client import RequestRecord
 from helpers.load.slo import SLO, goodput, tpot_ms
 from helpers.load.ttft_split import ttft_split
+from tests.real_server import server_fixture
 
 
 # ----- arrivals --------------------------------------------------------------------------------------------------
@@ -135,12 +136,7 @@ def test_a_warm_up_copy_has_the_workloads_shape_fresh_prompts_and_few_tokens():
 
 
 # ----- the chain, on a real server ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
-    from helpers.serve.server import start_server
-
-    with start_server(max_num_seqs=2, quiet=True) as running:
-        yield running
+server = server_fixture(max_num_seqs=2)
 
 
 @pytest.mark.server
