@@ -3,7 +3,7 @@ PY := .venv/bin/python
 
 .PHONY: course test test-gpu setup browser unit notebooks clean
 
-course: setup            ## run every notebook and lab headless; results under build/
+course: setup            ## the notebooks and the learner's lab in the story's order, headless; results under build/
 	$(PY) scripts/run_course.py
 
 test: setup browser      ## unit tests, the helpers' docstring examples, every notebook validated against the real server (and in a browser)
