@@ -60,7 +60,8 @@ def runs(server, course, send_one):
 def test_the_solution_is_accounted_for_and_measures_what_the_course_does(server, course):
     learner, course = runs(server, course, solution())
     check = compare_clients(learner, course)
-    assert check.accounted and check.same_tokens and not check.first_is_last, [r.error for r in learner.records]
+    assert check.accounted and check.same_tokens and not check.first_is_last and not check.one_at_a_time, [
+        r.error for r in learner.records]
     # the learner-facing tolerances (15% / 25%) hold on a quiet machine; under a test suite's load, a sanity band
     assert 0.5 < check.throughput_ratio < 2 and 0.5 < check.ttft_ratio < 2, check.describe()
     assert all(0 < r.ttft_s < r.e2e_s for r in learner.records)
@@ -68,7 +69,9 @@ def test_the_solution_is_accounted_for_and_measures_what_the_course_does(server,
 
 def test_a_client_that_sends_one_request_at_a_time_does_not_pass(server, course):
     check = compare_clients(*runs(server, course, serialized))
-    assert check.accounted and not check.passed and check.throughput_ratio < 0.6, check.describe()
+    # named from the records' times, not from a throughput that a prefill-bound CPU barely changes
+    assert check.accounted and check.one_at_a_time and not check.passed
+    assert "one after another" in check.describe()
 
 
 def test_a_client_that_times_the_first_token_after_the_stream_does_not_pass(server, course):

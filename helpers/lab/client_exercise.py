@@ -28,6 +28,7 @@ from typing import Any
 
 from helpers.load.client import RequestRecord
 from helpers.load.run import LoadTestRun, server_facts
+from helpers.load.summary import peak_overlap
 
 THROUGHPUT_TOLERANCE = 0.15  # relative; the spread of repeated runs on the course's CPU machines is about 10%
 TTFT_TOLERANCE = 0.25
@@ -99,10 +100,12 @@ class ClientCheck:
     throughput_ratio: float | None  # learner's output tok/s / the course's
     ttft_ratio: float | None  # learner's TTFT p50 / the course's
     first_is_last: bool = False  # every "first token" came with the last one: timed after the stream, not in it
+    one_at_a_time: bool = False  # no two requests were in flight at once (a lock, or a blocking client in async code)
 
     @property
     def passed(self) -> bool:
-        return (self.accounted and self.same_tokens and not self.first_is_last and self.throughput_ratio is not None
+        return (self.accounted and self.same_tokens and not self.first_is_last and not self.one_at_a_time
+                and self.throughput_ratio is not None
                 and abs(self.throughput_ratio - 1) <= THROUGHPUT_TOLERANCE and self.ttft_ratio is not None
                 and abs(self.ttft_ratio - 1) <= TTFT_TOLERANCE)
 
@@ -111,6 +114,10 @@ class ClientCheck:
             return "Not yet: some requests have no successful record; look at the errors of your run."
         if not self.same_tokens:
             return "Not yet: your records count other output tokens than the server generated; read usage.completion_tokens."
+        if self.one_at_a_time:
+            return ("Not yet: your requests ran one after another, never two at once. Is something in send_one "
+                    "blocking the event loop (the synchronous OpenAI client, time.sleep) or holding a lock? "
+                    "Use AsyncOpenAI and await its calls.")
         if self.first_is_last:
             return ("Not yet: in every request the first token came at the same moment as the last; take "
                     "perf_counter() when the first piece of text arrives, inside the loop over the stream.")
@@ -126,7 +133,13 @@ def compare_clients(learner: LoadTestRun, course: LoadTestRun) -> ClientCheck:
                        same_tokens=mine.output_tokens_total == theirs.output_tokens_total,
                        throughput_ratio=ratio(mine.output_tok_per_s, theirs.output_tok_per_s),
                        ttft_ratio=ratio(mine.ttft_p50_s, theirs.ttft_p50_s),
-                       first_is_last=_first_is_last(learner.records))
+                       first_is_last=_first_is_last(learner.records),
+                       one_at_a_time=_one_at_a_time(learner.records))
+
+
+def _one_at_a_time(records: list[RequestRecord]) -> bool:
+    ok = [r for r in records if r.ok]
+    return len(ok) > 1 and peak_overlap((r.send_s, r.send_s + r.e2e_s) for r in ok) == 1
 
 
 def _first_is_last(records: list[RequestRecord]) -> bool:
