@@ -7,7 +7,8 @@ Rooms (subpackages), each opened by a docstring that lists its modules:
 - ``helpers.paged``: the paged KV-cache allocator and its animation (notebook 03);
 - ``helpers.batching``: the continuous-batching scheduler, step times, the lab's prediction (notebook 04);
 - ``helpers.tuning``: the levers of notebook 05;
-- ``helpers.lab``: the concurrency lab's results, plots and explanations.
+- ``helpers.lab``: the concurrency lab's results, plots and explanations;
+- ``helpers.traffic``: open-loop request rates, SLOs, saturation and the token budget (the second lab).
 
 Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
 ``validate`` (clear errors for bad arguments), ``feedback`` (every exercise's verdict), ``units``
