@@ -7,7 +7,9 @@ fails on an odd answer (a string where a number was asked, a wrong shape) says s
 verdict instead of stopping the notebook: :func:`graded`.
 
 ``grade_*`` functions are pure (they return the verdict: what tests call); ``check_*``
-functions grade and print (what notebook cells call).
+functions grade and print (what notebook cells call). An exercise that asks for code has a
+:class:`Hints` ladder beside its check: each call shows one more hint, so a learner takes
+only as much help as they need.
 
 Example::
 
@@ -95,6 +97,30 @@ def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str
     if answer == expected:
         return Feedback(True, f"{name}: correct." + (f" {why}" if why else ""))
     return Feedback(False, f"{name}: not this one. Look again at the numbers above.")
+
+
+class Hints:
+    """An exercise's hints, each more explicit than the last, shown one a call.
+
+    >>> hints = Hints(["Count blocks.", "Round up."], solution="docs/solutions/x.md")
+    >>> hints.next()
+    💡 Hint 1 of 2: Count blocks. (Run again for the next one.)
+    >>> hints.next(); hints.next()
+    💡 Hint 2 of 2: Round up.
+    💡 No more hints: a worked solution is in docs/solutions/x.md.
+    """
+
+    def __init__(self, hints: list[str], *, solution: str) -> None:
+        self._hints, self._solution, self._shown = list(hints), solution, 0
+
+    def next(self) -> None:
+        """Print the next hint (after the last one: where the solution is)."""
+        if self._shown == len(self._hints):
+            print(f"💡 No more hints: a worked solution is in {self._solution}.")
+            return
+        self._shown += 1
+        more = " (Run again for the next one.)" if self._shown < len(self._hints) else ""
+        print(f"💡 Hint {self._shown} of {len(self._hints)}: {self._hints[self._shown - 1]}{more}")
 
 
 def check_number(answer: object, expected: float, **options: Any) -> None:

@@ -1,0 +1,147 @@
+"""helpers.paged.allocator_exercise: the learner's allocator replayed against the course's, step by step."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from helpers.paged.allocator_exercise import ALLOCATOR_HINTS, check_allocator, check_traces, grade_allocator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def solution():
+    spec = importlib.util.spec_from_file_location("paged_allocator", ROOT / "docs" / "solutions" / "paged_allocator.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MyAllocator
+
+
+Solution = solution()
+
+
+class Scaffold:
+    """The notebook's cell as the learner finds it."""
+
+    def __init__(self, num_blocks, block_size=16):
+        self.block_size = block_size
+        self.free_blocks = list(range(num_blocks))
+        self.ref_count = [0] * num_blocks
+        self.block_tables, self.num_tokens, self.prefix_blocks = {}, {}, {}
+
+    def allocate(self, request_id, prompt_token_ids):
+        raise NotImplementedError
+
+    def append(self, request_id, token_id):
+        raise NotImplementedError
+
+    def free(self, request_id):
+        raise NotImplementedError
+
+
+class ForgetsToDecrement(Solution):
+    """Gives a block back when it was held once, but never lowers a shared block's count."""
+
+    def free(self, request_id):
+        for block in self.block_tables.pop(request_id):
+            if self.ref_count[block] == 1:
+                self.ref_count[block] = 0
+                self.free_blocks.append(block)
+                self.prefix_blocks.pop(self.block_key.pop(block, None), None)
+        del self.num_tokens[request_id]
+
+
+class FreesSharedBlocks(Solution):
+    """Gives every block back, whoever else holds it."""
+
+    def free(self, request_id):
+        for block in self.block_tables.pop(request_id):
+            self.ref_count[block] = 0
+            self.free_blocks.append(block)
+            self.prefix_blocks.pop(self.block_key.pop(block, None), None)
+        del self.num_tokens[request_id]
+
+
+class KeepsStalePrefixes(Solution):
+    """Frees blocks but leaves their keys in prefix_blocks."""
+
+    def free(self, request_id):
+        for block in self.block_tables.pop(request_id):
+            self.ref_count[block] -= 1
+            if self.ref_count[block] == 0:
+                self.free_blocks.append(block)
+        del self.num_tokens[request_id]
+
+
+class NeverShares(Solution):
+    def allocate(self, request_id, prompt_token_ids):
+        self.prefix_blocks.clear()
+        return super().allocate(request_id, prompt_token_ids)
+
+
+class NewBlockEveryToken(Solution):
+    def append(self, request_id, token_id):
+        if not self.free_blocks:
+            return False
+        block = self.free_blocks.pop(0)
+        self.ref_count[block] = 1
+        self.block_tables[request_id].append(block)
+        self.num_tokens[request_id] += 1
+        return True
+
+
+class AlwaysAdmits(Solution):
+    def allocate(self, request_id, prompt_token_ids):
+        try:
+            super().allocate(request_id, prompt_token_ids)
+        except IndexError:
+            pass
+        return True
+
+
+def test_the_solution_agrees_with_the_course_on_every_trace():
+    verdict = grade_allocator(Solution)
+    assert verdict.ok is True, verdict.message
+
+
+def test_the_unfilled_scaffold_is_not_yet_answered_and_prints_without_raising(capsys):
+    assert grade_allocator(Scaffold).ok is None
+    check_allocator(Scaffold)
+    assert capsys.readouterr().out.startswith("✏️ Not yet: allocate still raises NotImplementedError")
+
+
+def test_a_free_that_forgets_to_decrement_a_shared_block_is_named():
+    verdict = grade_allocator(ForgetsToDecrement)
+    assert verdict.ok is False and "step 5 (free 'a')" in verdict.message
+    assert "ref_count 2 but 1 block table holds it" in verdict.message
+
+
+def test_freeing_a_block_another_request_holds_is_named():
+    message = grade_allocator(FreesSharedBlocks).message
+    assert "on your free list while 'b' holds it" in message and "count falls to 0" in message
+
+
+def test_a_prefix_entry_left_behind_after_free_is_named():
+    message = grade_allocator(KeepsStalePrefixes).message
+    assert "found it through prefix_blocks, but it had been freed" in message
+
+
+def test_no_sharing_and_too_many_blocks_and_admitting_past_the_pool_are_each_caught_where_they_first_show():
+    assert "a block of its own in yours, the same block as block 0 of 'a'" in grade_allocator(NeverShares).message
+    assert "step 3 (append to 'a')" in grade_allocator(NewBlockEveryToken).message
+    message = grade_allocator(AlwaysAdmits).message
+    assert "admitted 'e', the course's refuses it" in message and "0 were free" in message
+
+
+def test_the_traces_exercise_sharing_refusals_and_frees():
+    kinds = [op.kind for trace in check_traces() for op in trace.ops]
+    assert {"allocate", "append", "free"} <= set(kinds) and len(kinds) > 300
+    assert check_traces()[1].ops == check_traces()[1].ops  # seeded: the same every run
+
+
+def test_hints_come_one_at_a_time_then_point_to_the_solution(capsys):
+    for _ in range(5):
+        ALLOCATOR_HINTS.next()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:12] for line in lines[:4]] == [f"💡 Hint {i} of 4"[:12] for i in range(1, 5)]
+    assert "docs/solutions/paged_allocator.py" in lines[4]
