@@ -1,4 +1,7 @@
 """The traffic room: open-loop request rates, SLOs and saturation (``labs/02_serving_real_traffic.ipynb``).
 
 Modules (each listed as it lands):
+
+- ``rates``: one point per (setting, offered rate), saturation measured, the best rate under an SLO, the sweep file (pure);
+- ``sweep``: a request-rate sweep of open-loop traffic on one running server, bounded in time (I/O);
 """
