@@ -7,6 +7,7 @@ measure the real server (marked `server`).
 
 import asyncio
 import json
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -31,10 +32,11 @@ from helpers.load.client import RequestRecord
 
 class FakeLoadTester:
     """Stands in for run_load_test: each request gets its first token `step_s` after it is sent
-    (at its arrival_s) and one more every `step_s`; or it fails with `fail`."""
+    (at its arrival_s), or `prefill_s(prompt tokens)` after when given, and one more every
+    `step_s`; or it fails with `fail`. `server_totals`, when given, grows like vLLM's histograms."""
 
-    def __init__(self, step_s=0.01, fail=None):
-        self.step_s, self.fail = step_s, fail
+    def __init__(self, step_s=0.01, fail=None, prefill_s=None, server_totals=None):
+        self.step_s, self.fail, self.prefill_s, self.totals = step_s, fail, prefill_s, server_totals
         self.specs = []  # every RequestSpec sent, in order
 
     async def __call__(self, target, workload, **options):
@@ -44,10 +46,13 @@ class FakeLoadTester:
             if self.fail:
                 records.append(RequestRecord(spec.index, error=self.fail, prompt_len=spec.prompt_tokens,
                                              send_s=spec.arrival_s))
-            else:
-                records.append(RequestRecord(spec.index, ok=True, prompt_len=spec.prompt_tokens,
-                                             output_tokens=spec.max_tokens, send_s=spec.arrival_s,
-                                             ttft_s=self.step_s, e2e_s=self.step_s * spec.max_tokens))
+                continue
+            ttft = self.prefill_s(spec.prompt_tokens) if self.prefill_s else self.step_s
+            records.append(RequestRecord(spec.index, ok=True, prompt_len=spec.prompt_tokens,
+                                         output_tokens=spec.max_tokens, send_s=spec.arrival_s,
+                                         ttft_s=ttft, e2e_s=ttft + self.step_s * (spec.max_tokens - 1)))
+            if self.totals is not None:
+                self.totals.add(spec.prompt_tokens, self.step_s * (spec.max_tokens - 1))
         return SimpleNamespace(records=records)
 
 
@@ -95,15 +100,73 @@ def test_send_trace_sends_each_request_at_its_arrival_time_with_its_lengths(fake
 
 def test_measure_step_times_gives_one_measurement_per_batch_size_and_a_prefill(fake_load):
     fake = fake_load(step_s=0.002)
-    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=64, repeats=2))
-    assert [m.label for m in data.measurements] == ["decode x1", "decode x2", "prefill 64 tokens"]
-    assert data.measurements[2].num_prefill_tokens == 64
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=64, repeats=2,
+                                          more_repeats_within_s=0))
+    assert [m.label for m in data.measurements] == ["decode x1", "decode x2", "prefill 64-4 tokens"]
+    assert data.measurements[2].num_prefill_tokens == 60  # 64 tokens against a sixteenth of them
     assert data.measurements[1].seconds == pytest.approx(0.002)  # one step: 2 tokens at 1000 tok/s
     assert len(data.records["decode x2"]) == 4  # 2 requests x 2 repeats
     sizes = sorted(spec.max_tokens for spec in fake.specs)
-    assert sizes.count(6) == 6 and sizes.count(1) == 2 and sizes.count(4) == 1  # plus one warm-up of 4 tokens
+    assert sizes.count(6) == 6 and sizes.count(1) == 4 and sizes.count(4) == 1  # plus one warm-up of 4 tokens
+    assert sorted(s.prompt_tokens for s in fake.specs if s.max_tokens == 1) == [4, 4, 64, 64]
     assert "decode x2" in data.table()
     assert data.clock == "client"  # a server without /metrics: timed on the client
+
+
+def test_the_prefill_cost_per_token_is_a_slope_not_a_prompts_time_over_its_length(fake_load):
+    # What every prefill pays whatever its length (here 20 ms: HTTP, the API server, a step's overhead) must not
+    # be charged to every prompt token: one 512-token prompt's time / 512 would make it 0.041 ms, 10x the 4 us.
+    fake_load(step_s=0.002, prefill_s=lambda tokens: 0.020 + 4e-6 * tokens)
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 4, 8), output_len=6, prefill_len=512,
+                                          short_prefill_len=32, repeats=1, max_num_batched_tokens=8192))
+    fit = data.fit()
+    assert fit.prefill_token_s == pytest.approx(4e-6)
+    assert data.measurements[-1].seconds == pytest.approx(480 * 4e-6)
+
+
+def test_a_prefill_too_cheap_to_resolve_costs_next_to_nothing_a_token(fake_load):
+    fake_load(step_s=0.002)  # every first token after 2 ms, whatever the prompt's length
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=512, repeats=1))
+    assert data.fit().prefill_token_s < 1e-8
+
+
+class ServerTotals:
+    """vLLM's per-request decode and prefill histograms (sum and count), as `/metrics` would give them."""
+
+    def __init__(self, prefill_s):
+        self.prefill_s = prefill_s
+        self.values = dict.fromkeys((f"{t}_{p}" for t in measure._SERVER_TIMERS for p in ("sum", "count")), 0.0)
+
+    def add(self, prompt_tokens, decode_s):
+        for timer, seconds in (("request_prefill_time_seconds", self.prefill_s(prompt_tokens)),
+                               ("request_decode_time_seconds", decode_s)):
+            self.values[f"{timer}_sum"] += seconds
+            self.values[f"{timer}_count"] += 1
+
+
+def test_the_prefill_is_timed_from_scheduled_to_first_token_on_the_servers_clock(fake_load, monkeypatch):
+    # The client's TTFT holds 50 ms of HTTP and queueing here, and grows by 10 us a token; the engine's prefill
+    # time grows by 3 us a token: the fit takes the engine's.
+    totals = ServerTotals(prefill_s=lambda tokens: 0.002 + 3e-6 * tokens)
+    fake_load(step_s=0.002, prefill_s=lambda tokens: 0.050 + 1e-5 * tokens, server_totals=totals)
+
+    async def server_totals(target):
+        return dict(totals.values)
+
+    monkeypatch.setattr(measure, "_server_timer_totals", server_totals)
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=512, repeats=1))
+    assert data.clock == "server"
+    assert data.fit().prefill_token_s == pytest.approx(3e-6)
+
+
+def test_a_fast_machine_gets_more_rounds_within_the_time_given_and_a_slow_one_exactly_the_repeats(fake_load):
+    fake = fake_load(step_s=0.002)  # answers at once: as fast as a machine gets
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=64, repeats=2))
+    assert data.planned == 3 * 2 * 4 and len(data.records["decode x2"]) == 2 * 3 * 2  # three times the repeats
+    fake.specs.clear()
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=64, repeats=2,
+                                          more_repeats_within_s=0))
+    assert data.planned == 2 * 4 and len(fake.specs) == 1 + 2 * (1 + 2 + 2)
 
 
 def test_the_prefill_and_the_fit_use_the_step_budget_the_servers_log_gives(fake_load):
@@ -111,10 +174,11 @@ def test_the_prefill_and_the_fit_use_the_step_budget_the_servers_log_gives(fake_
     gpu = SimpleNamespace(model_name="fake", config=SimpleNamespace(max_num_seqs=8),
                           log_text=lambda: "INFO Chunked prefill is enabled with max_num_batched_tokens=8192.\n")
     data = asyncio.run(measure_step_times(gpu, batch_sizes=(1, 2), output_len=6, prefill_len=4096, repeats=1))
-    assert data.max_num_batched_tokens == 8192 and data.measurements[-1].num_steps == 1  # 4,096 tokens: one step
+    assert data.max_num_batched_tokens == 8192 and data.measurements[-1].num_steps == 0  # 4,096 and 256: one step each
     assert data.fit().max_num_batched_tokens == 8192
     cpu = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=4096, repeats=1))
-    assert cpu.max_num_batched_tokens == 2048 and cpu.measurements[-1].num_steps == 2  # no log: vLLM's CPU default
+    # no log: vLLM's CPU default; 4,096 tokens take 2 steps, the short prompt's 256 one: one more
+    assert cpu.max_num_batched_tokens == 2048 and cpu.measurements[-1].num_steps == 1
     given = asyncio.run(measure_step_times(gpu, batch_sizes=(1, 2), output_len=6, prefill_len=64, repeats=1,
                                            max_num_batched_tokens=512))
     assert given.fit().max_num_batched_tokens == 512
@@ -222,18 +286,26 @@ def test_measuring_the_real_server_gives_a_positive_fitted_model():
     # A budget other than vLLM's default of 2,048, which vLLM 0.32 then logs (helpers.serve.budget says why only then)
     with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True,
                       extra_args=("--max-num-batched-tokens", "1024")) as server:
-        # a prefill of 512 tokens, twice: on a 2-core machine with other jobs beside it, one 256-token prefill
-        # once was lost in the noise (the fit gave it 0 s); 512 costs about a second there, well above it
+        # a prefill of 512 tokens against one of 32, twice: on a 2-core machine with other jobs beside it, one
+        # 256-token prefill once was lost in the noise (the fit gave it 0 s); 512 costs about a second there
         data = asyncio.run(measure_step_times(server, batch_sizes=(1, 2), output_len=12, prefill_len=512,
-                                              repeats=2))
+                                              repeats=2, more_repeats_within_s=0))
         log = server.log_text()
     assert "Chunked prefill is enabled with max_num_batched_tokens=1024." in log
     assert data.max_num_batched_tokens == 1024 and data.fit().max_num_batched_tokens == 1024
     assert all(r.ok for rs in data.records.values() for r in rs)
     assert data.clock == "server"
+    prefill = data.measurements[-1]
+    assert (prefill.label, prefill.num_steps, prefill.num_prefill_tokens) == ("prefill 512-32 tokens", 0, 480)
     fit = data.fit()
     assert fit.overhead_s + fit.decode_seq_s > 0 and fit.prefill_token_s > 0
     assert 1 < fit.decode_tok_s(1) < 1000  # tok/s: a 135M model on a CPU
+    # The short prompt pays what any prefill pays (the step's overhead, sampling) besides its 32 tokens: more than
+    # a sixteenth of the long one's time. The fit charges a token the slope between them, not a prompt's time / its
+    # length (the fit before: it charged every token a share of that fixed cost).
+    short, long = (statistics.median(data.timings[f"prefill {n} tokens"]) for n in (32, 512))
+    assert short > long / 16
+    assert fit.prefill_token_s == pytest.approx((long - short) / 480) and fit.prefill_token_s < long / 512
 
 
 # ----- the saved prediction, written whole and read back with a clear error ------------------------

@@ -8,15 +8,19 @@ running server give it numbers (`measure_step_times`):
   256-token prompt; a request's steps per second (first to last token, so its prefill is
   left out) times the batch size is the batch's output tok/s (`StepMeasurement.decode`).
   Batch size 1 is the single-request speed.
-- prefill: one prompt of `prefill_len` tokens alone, one output token; its time to first
-  token is one prefill step (`StepMeasurement.prefill`).
+- prefill: a short and a long prompt, each alone, one output token each; the long one's
+  prefill time minus the short one's is the cost of the extra prompt tokens
+  (`StepMeasurement.prefill_difference`). What every prefill pays whatever its length (the
+  step's overhead, sampling the first token, and on the client's clock HTTP and the API
+  server) cancels, so it is not charged to every prompt token of the load predicted.
 
 Both are read on the server's own clock where it publishes one: the growth of vLLM's
 histograms `vllm:request_decode_time_seconds` (first token to last, per request) and
-`vllm:time_to_first_token_seconds` across the measurement, from `/metrics`. The client's
-clock is the fallback. Why: when the client's process is starved of CPU for a moment (the
-server's threads hold every core), streamed tokens queue up and arrive in one clump, and
-a rate timed from the client can come out a hundred times too fast.
+`vllm:request_prefill_time_seconds` (scheduled to first token, per request) across the
+measurement, from `/metrics`. The client's clock (time to first token) is the fallback.
+Why: when the client's process is starved of CPU for a moment (the server's threads hold
+every core), streamed tokens queue up and arrive in one clump, and a rate timed from the
+client can come out a hundred times too fast.
 
 `send_trace` replays a `helpers.batching.trace` trace against the server (request i is sent
 at its `arrival_s`), so the same trace can be simulated and measured.
@@ -108,11 +112,11 @@ async def send_trace(server: Any, trace: Sequence[BatchRequest], seed: int = 0,
     return records
 
 
-_SERVER_TIMERS = ("request_decode_time_seconds", "time_to_first_token_seconds")
+_SERVER_TIMERS = ("request_decode_time_seconds", "request_prefill_time_seconds")
 
 
 async def _server_timer_totals(server: Any) -> dict[str, float] | None:
-    """Sums and counts of the server's per-request decode-time and TTFT histograms, or None
+    """Sums and counts of the server's per-request decode-time and prefill-time histograms, or None
     where there is no `/metrics` to read (a server object without a URL, a failed scrape)."""
     if not hasattr(server, "url"):
         return None
@@ -132,17 +136,29 @@ async def measure_step_times(
     repeats: int = 2,
     seed: int = 0,
     max_num_batched_tokens: int | None = None,
+    short_prefill_len: int | None = None,
+    more_repeats_within_s: float = 15.0,
 ) -> StepFitData:
-    """Decode at each batch size and one prefill of `prefill_len` tokens, `repeats` times each.
+    """Decode at each batch size, and prefill a short and a long prompt, `repeats` rounds or more.
+
+    The prefill row is the long prompt's time minus the short one's
+    (`StepMeasurement.prefill_difference`): `prefill_len` tokens against `short_prefill_len`
+    (default: a sixteenth of it, 32 for 512). One prompt's time divided by its length would
+    charge every prompt token a share of what a prefill costs whatever its length; on an
+    H200 that made a 512-token prompt cost 0.043 ms a token, 10 or more times its compute.
 
     `max_num_batched_tokens`: the server's step budget, which decides how many steps the
     prefill takes and goes with the data into its fit; default: read from the server's log
     (`helpers.serve.budget.step_budget`), else vLLM's CPU default of 2,048.
 
-    Each setting's repeats are reduced to their median (other users of the machine make
-    single timings noisy). A short warm-up request goes first and is not counted. Bounded:
-    sum(batch_sizes) * repeats requests of `output_len` tokens, plus `repeats` prefills.
-    Batch sizes above the server's max_num_seqs would queue and measure nothing useful.
+    Each setting's timings are reduced to their median (other users of the machine make
+    single timings noisy). After `repeats` rounds, more follow (at most three times as many
+    in all) while they fit within `more_repeats_within_s` seconds of measuring: a fast
+    machine (an H200 round takes about 3 s) gets more timings for its medians, a slow one
+    (a round takes about 15 s on the course's CPU) exactly `repeats`; 0 turns this off. A
+    short warm-up request goes first and is not counted. Bounded: a round is sum(batch_sizes)
+    requests of `output_len` tokens plus two prefills of one token. Batch sizes above the
+    server's max_num_seqs would queue and measure nothing useful.
 
     A timing with a failed request is left out and counted as lost (`StepFitData.lost`). When
     the server dies, measuring stops at once: what was measured before is returned, every
@@ -154,13 +170,23 @@ async def measure_step_times(
     length, so measure at contexts like the load you want to predict: decode prompts default
     to 256 tokens (the lab averages 212-token prompts, plus the answer so far; on the course's
     CPU machine 8 sequences decoded about 35% slower after 512-token prompts than after
-    16-token ones), and the prefill prompt to 512 tokens, the lab's longest.
+    16-token ones), and the long prefill prompt to 512 tokens, the lab's longest.
+
+    Leaves out: what a prefill costs whatever its length (it cancels in the difference; the
+    step's overhead comes from the decode batches), and the steps at either end of a decode
+    batch where its requests, admitted as they arrive, decode with fewer partners than the
+    batch size (where admitting them takes longer than a step, as a 2 ms step on a GPU).
     """
     batch_sizes = validate.positive_ints(batch_sizes, "batch_sizes", hint="They are how many requests decode together.")
     output_len = validate.int_above(output_len, "output_len", 1, hint="Timing a decode needs at least 2 tokens.")
     prompt_len = validate.positive_int(prompt_len, "prompt_len")
-    prefill_len = validate.positive_int(prefill_len, "prefill_len")
+    prefill_len = validate.int_above(prefill_len, "prefill_len", 1, hint="It is the long prompt of the prefill pair.")
+    short_len = validate.positive_int(short_prefill_len or max(1, prefill_len // 16), "short_prefill_len")
+    if short_len >= prefill_len:
+        raise validate.InvalidArgumentError(f"short_prefill_len={short_len} is not shorter than prefill_len="
+                                            f"{prefill_len}: the prefill cost per token is their difference.")
     repeats = validate.positive_int(repeats, "repeats")
+    more_s = validate.non_negative_number(more_repeats_within_s, "more_repeats_within_s", unit="seconds")
     budget = validate.positive_int(max_num_batched_tokens or _budget_of(server), "max_num_batched_tokens")
     cap = getattr(getattr(server, "config", None), "max_num_seqs", None)
     if cap is not None and max(batch_sizes) > cap:
@@ -169,36 +195,44 @@ async def measure_step_times(
     rng = np.random.default_rng(seed)
     began = time.monotonic()
     records: dict[str, list[RequestRecord]] = {}
-    timings: dict[int | None, list[float]] = {b: [] for b in (*batch_sizes, None)}  # None: the prefill
+    settings: list[int | str] = [*batch_sizes, "short", "long"]  # a batch size, or a prefill prompt
+    lengths = {"short": short_len, "long": prefill_len}
+    timings: dict[int | str, list[float]] = {k: [] for k in settings}
+    label_of = {k: f"decode x{k}" if isinstance(k, int) else f"prefill {lengths[k]} tokens" for k in settings}
     lost: list[str] = []
     not_sent = 0
     warm_up = await _send(server, _specs([prompt_len], [4], rng), "warm-up")
     stopped = None if all(r.ok for r in warm_up) else death_of(server)
     server_timed = True
-    for repeat in range(repeats):
-        for b in (*batch_sizes, None):
-            label = f"decode x{b}" if b is not None else f"prefill {prefill_len} tokens"
+    rounds, rounds_began = 0, time.monotonic()
+    while rounds < repeats or (rounds < 3 * repeats and stopped is None and
+                               (time.monotonic() - rounds_began) * (rounds + 1) / rounds <= more_s):
+        rounds += 1
+        for k in settings:
+            label = label_of[k]
             if stopped is not None:
-                lost.append(f"{label} (repeat {repeat + 1})")
-                not_sent += b or 1
+                lost.append(f"{label} (repeat {rounds})")
+                not_sent += k if isinstance(k, int) else 1
                 continue
-            specs = (_specs([prompt_len] * b, [output_len] * b, rng) if b is not None else
-                     _specs([prefill_len], [1], rng))
+            specs = (_specs([prompt_len] * k, [output_len] * k, rng) if isinstance(k, int) else
+                     _specs([lengths[k]], [1], rng))
             batch, value, by_server = await _timed(server, specs, label, output_len)
             records.setdefault(label, []).extend(batch)
             if value is None:
-                lost.append(f"{label} (repeat {repeat + 1})")
+                lost.append(f"{label} (repeat {rounds})")
                 stopped = death_of(server)
                 continue
             server_timed &= by_server
-            timings[b].append(value)
-    measurements = [StepMeasurement.decode(b, statistics.median(timings[b])) for b in batch_sizes if timings[b]]
-    if timings[None]:
-        measurements.append(StepMeasurement.prefill(prefill_len, statistics.median(timings[None]), budget))
+            timings[k].append(value)
+    median = {k: statistics.median(v) for k, v in timings.items() if v}
+    measurements = [StepMeasurement.decode(b, median[b]) for b in batch_sizes if b in median]
+    if "short" in median and "long" in median:
+        measurements.append(StepMeasurement.prefill_difference(short_len, median["short"], prefill_len,
+                                                               median["long"], budget))
     data = StepFitData(measurements, records, time.monotonic() - began,
                        "server" if server_timed and measurements else "client", lost=tuple(lost), stopped=stopped,
-                       planned=repeats * (len(batch_sizes) + 1), requests_not_sent=not_sent,
-                       max_num_batched_tokens=budget)
+                       planned=rounds * len(settings), requests_not_sent=not_sent,
+                       max_num_batched_tokens=budget, timings={label_of[k]: tuple(v) for k, v in timings.items()})
     if (losses := data.describe_losses()) is not None:
         print(losses)
     return data
@@ -213,15 +247,20 @@ def _budget_of(server: Any) -> int:
 async def _timed(server: Any, specs: list[RequestSpec], label: str,
                  output_len: int) -> tuple[list[RequestRecord], float | None, bool]:
     """Send one timing's requests: their records, the timing (a decode batch's output tok/s, or a
-    prefill's time to first token; None when a request failed or could not be timed) and
-    whether the server's clock timed it (else the client's)."""
-    timer = "time_to_first_token_seconds" if label.startswith("prefill") else "request_decode_time_seconds"
+    prefill's seconds; None when a request failed or could not be timed) and whether the
+    server's clock timed it (else the client's).
+
+    A prefill is timed from the engine scheduling the request to its first token (vLLM's
+    `request_prefill_time_seconds`), which leaves out HTTP, tokenizing and any wait for a
+    step; where the server publishes no such time, by the client's time to first token,
+    which holds them: the prefill pair's difference cancels what both prompts pay alike."""
+    timer = "request_prefill_time_seconds" if label.startswith("prefill") else "request_decode_time_seconds"
     before = await _server_timer_totals(server)
     batch = await _send(server, specs, label)
     if not all(r.ok for r in batch):
         return batch, None, False
     server_s = server_mean_seconds(before, await _server_timer_totals(server), timer, len(batch))
-    if timer == "time_to_first_token_seconds":
+    if timer == "request_prefill_time_seconds":
         client_s = batch[0].ttft_s
         return batch, (client_s if server_s is None else server_s), server_s is not None
     if server_s is not None:

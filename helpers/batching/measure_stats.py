@@ -133,9 +133,12 @@ class StepFitData:
     clock: str = "client"  # whose clock timed decode and prefill: "server" (/metrics) or "client"
     lost: tuple[str, ...] = ()  # timings planned and not made, e.g. "decode x8 (repeat 2)"
     stopped: str | None = None  # why measuring stopped early, e.g. "server died: exit code -9"
-    planned: int = 0  # timings planned: repeats x (batch sizes + 1 prefill); 0 where unknown
+    planned: int = 0  # timings planned: rounds x (batch sizes + 2 prefills, short and long); 0 where unknown
     requests_not_sent: int = 0  # requests of the lost timings that were never sent
     max_num_batched_tokens: int = StepTimeModel.max_num_batched_tokens  # the measured server's step budget
+    # label -> every timing made: a decode batch's output tok/s, a prefill's seconds (the short and the long
+    # prompt apart, before their medians' difference became one measurement)
+    timings: dict[str, tuple[float, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def requests_failed(self) -> int:

@@ -28,7 +28,9 @@ class StepTimeModel:
 
     - overhead_s: paid once per step whatever it holds: reading every weight from memory,
       Python scheduling, sampling. This is why bigger batches are cheaper per token.
-    - prefill_token_s: per prompt token computed in the step (compute-bound matrix work).
+    - prefill_token_s: per prompt token computed in the step (compute-bound matrix work): the
+      slope of a prompt's prefill time over its length, not its time divided by its length
+      (`StepMeasurement.prefill_difference`), which would count the overhead as prompt work.
     - decode_seq_s: per sequence that decodes one token in the step (its attention over its
       own KV cache, its share of the matrix work).
     - max_num_batched_tokens: the chunked-prefill token budget per step (prompt tokens plus
@@ -47,7 +49,10 @@ class StepTimeModel:
     for one request decoding alone (not measured yet: measure it and refit).
 
     Leaves out: attention cost growing with context length, per-step variation, the
-    client's own CPU use (about 8% on this machine), HTTP and tokenization time.
+    client's own CPU use (about 8% on this machine), HTTP and tokenization time, and the API
+    server's fixed cost of admitting each request (on an H200 the lab's median time to first
+    token at 64 slots was 0.26 s, where its prompts at a few microseconds a token, the order
+    of their compute there, take tens of milliseconds).
 
     >>> m = StepTimeModel(overhead_s=0.03, prefill_token_s=0.001, decode_seq_s=0.002)
     >>> round(m.step_seconds(num_prefill_tokens=100, num_decode_seqs=10), 3)  # 0.03+0.1+0.02
@@ -118,10 +123,35 @@ class StepMeasurement:
 
         The prompt is cut into ceil(prompt_len / max_num_batched_tokens) steps: pass the
         server's budget (the default is vLLM's CPU build's). The client-side TTFT also holds
-        HTTP and tokenization time, so use a long prompt.
+        HTTP and tokenization time, which the fit can only charge to the step's overhead or to
+        the prompt's tokens: use a prompt long enough to make them small (a full step on a CPU),
+        or `prefill_difference`, which cancels them (on an H200 they were 10 or more times a
+        512-token prompt's compute).
         """
         steps = math.ceil(prompt_len / max_num_batched_tokens)
         return cls(ttft_s, steps, prompt_len, 0, f"prefill {prompt_len} tokens")
+
+    @classmethod
+    def prefill_difference(cls, short_len: int, short_s: float, long_len: int, long_s: float,
+                           max_num_batched_tokens: int = 2048) -> StepMeasurement:
+        """A long prompt's prefill time minus a short one's, each sent alone to an idle server.
+
+        What both pay whatever their length (the engine step's overhead, scheduling, sampling
+        the first token; on the client's clock also HTTP and tokenizing) cancels, so the row
+        holds only the extra tokens (and any extra steps the budget cuts the long prompt into):
+        it measures prefill_token_s as a slope, where a single prompt's time divided by its
+        length would count that fixed cost as prompt work. A difference at or below zero means
+        the extra tokens cost less than the timings resolve: it is kept as 1 microsecond, a
+        slope of about nothing, since the fit needs a positive time.
+
+        >>> StepMeasurement.prefill_difference(32, 0.10, 512, 0.58)  # 480 more tokens, 0.48 s more
+        StepMeasurement(seconds=0.48, num_steps=0, num_prefill_tokens=480, num_decode_seqs=0, label='prefill 512-32 tokens')
+        >>> StepMeasurement.prefill_difference(32, 0.0041, 512, 0.0040, 8192).seconds
+        1e-06
+        """
+        steps = math.ceil(long_len / max_num_batched_tokens) - math.ceil(short_len / max_num_batched_tokens)
+        return cls(round(max(long_s - short_s, 1e-6), 12), steps, long_len - short_len, 0,
+                   f"prefill {long_len}-{short_len} tokens")
 
 
 _PARAMS = ("overhead_s", "prefill_token_s", "decode_seq_s")

@@ -1,4 +1,12 @@
 """The traffic room: open-loop request rates, SLOs and saturation (``labs/02_serving_real_traffic.ipynb``).
 
 Modules (each listed as it lands):
+
+- ``rates``: one point per (setting, offered rate), saturation measured, the best rate under an SLO, the sweep file (pure);
+- ``sweep``: a request-rate sweep of open-loop traffic on one running server, bounded in time (I/O);
+- ``token_budget``: ``--max-num-batched-tokens`` against long prompts among short decodes, a server per budget (I/O);
+- ``saturation_model``: the rate past which the queue grows, from notebook 04's step-time model on paper
+  and by simulation, and which term explains a measured one (pure);
+- ``plots``: latency and completions against offered load, and TTFT split into queue, prefill and the rest
+  (drawing);
 """

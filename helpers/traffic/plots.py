@@ -1,0 +1,141 @@
+"""The second lab's figures: latency and throughput against offered load, and where TTFT goes.
+
+Drawing only: every function takes :class:`~helpers.traffic.rates.RatePoint` objects (measured by
+:func:`helpers.traffic.sweep.sweep_rates`), returns a matplotlib Figure, and titles it with a finding
+computed from the points. Points that were not run are left out of the lines and named under the title.
+Taught in ``labs/02_serving_real_traffic.ipynb``.
+
+    >>> from helpers.traffic.rates import RatePoint
+    >>> pts = [RatePoint("max_num_seqs=4", r, 1.0, 20, num_ok=20, arrival_rate=r, achieved_rate=min(r, 2.0),
+    ...                  ttft_p50_s=t, ttft_p95_s=2 * t, tpot_p50_ms=40.0, tpot_p95_ms=60.0,
+    ...                  queue_mean_s=q, prefill_mean_s=0.1)
+    ...        for r, t, q in ((1.0, 0.2, 0.01), (2.0, 0.5, 0.3), (3.0, 4.0, 3.5))]
+    >>> fig = plot_load_curves(pts, predicted={"max_num_seqs=4": 2.1})
+    >>> [ax.get_xlabel() for ax in fig.axes]
+    ['offered load (requests/s)', 'offered load (requests/s)', 'offered load (requests/s)']
+    >>> fig._suptitle.get_text()
+    'max_num_seqs=4: TTFT p95 0.4 s at 1 req/s, 8 s at 3 req/s (20x): it kept up at 2 req/s, not at 3'
+    >>> plot_ttft_split(pts).axes[0].get_ylabel()
+    'mean time to first token (s)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from helpers.drawing import GENERATE_COLOR, WAIT_COLOR, setting_colors
+from helpers.traffic.rates import RatePoint
+
+RATE_LABEL = "offered load (requests/s)"
+
+
+def _measured(points: Sequence[RatePoint]) -> dict[str, list[RatePoint]]:
+    by_setting: dict[str, list[RatePoint]] = {}
+    for p in points:
+        if p.ran:
+            by_setting.setdefault(p.setting, []).append(p)
+    return {s: sorted(ps, key=lambda p: p.offered_rate) for s, ps in by_setting.items()}
+
+
+def _title(fig: Figure, finding: str, points: Sequence[RatePoint]) -> None:
+    """The finding, and on a second line the points not measured and why."""
+    missing = [f"{p.setting} at {p.offered_rate:g} req/s ({p.status})" for p in points if not p.ran]
+    fig.suptitle(finding + ("\nnot measured: " + "; ".join(missing) if missing else ""))
+
+
+def load_finding(points: Sequence[RatePoint]) -> str:
+    """How TTFT p95 grew from the lightest to the heaviest load of the setting that grew most, and
+    the measured bracket where that setting stopped keeping up."""
+    best = None
+    for setting, ps in _measured(points).items():
+        ends = [p for p in ps if p.ttft_p95_s]
+        if len(ends) >= 2 and (best is None or ends[-1].ttft_p95_s / ends[0].ttft_p95_s > best[0]):
+            best = (ends[-1].ttft_p95_s / ends[0].ttft_p95_s, setting, ends[0], ends[-1])
+    if best is None:
+        return "too few measured points to compare light and heavy load"
+    growth, setting, low, high = best
+    text = (f"{setting}: TTFT p95 {low.ttft_p95_s:.2g} s at {low.offered_rate:g} req/s, {high.ttft_p95_s:.2g} s at "
+            f"{high.offered_rate:g} req/s ({growth:.0f}x)")
+    kept = [p.offered_rate for p in _measured(points)[setting] if p.keeps_up]
+    over = [p.offered_rate for p in _measured(points)[setting] if p.keeps_up is False]
+    if over:
+        below = [rate for rate in kept if rate < min(over)]
+        text += (f": it kept up at {max(below):g} req/s, not at {min(over):g}" if below else
+                 f": it fell behind from {min(over):g} req/s on")
+    elif kept:
+        text += ": it kept up at every rate"
+    return text
+
+
+def plot_load_curves(points: Sequence[RatePoint], predicted: Mapping[str, float] | None = None) -> Figure:
+    """TTFT, time per output token, and completions per second against offered load, one colour per
+    setting; p50 solid, p95 dashed; ``predicted``: each setting's predicted saturation rate (dotted)."""
+    measured = _measured(points)
+    colors = setting_colors(list(measured))
+    fig = Figure(figsize=(13, 4.4), layout="constrained")
+    ttft_ax, tpot_ax, rate_ax = fig.subplots(1, 3)
+    for setting, ps in measured.items():
+        rates, color = [p.offered_rate for p in ps], colors[setting]
+        ttft_ax.plot(rates, [p.ttft_p50_s for p in ps], "o-", color=color, label=f"{setting} p50")
+        ttft_ax.plot(rates, [p.ttft_p95_s for p in ps], "s--", color=color, label=f"{setting} p95")
+        tpot_ax.plot(rates, [p.tpot_p50_ms for p in ps], "o-", color=color, label=f"{setting} p50")
+        tpot_ax.plot(rates, [p.tpot_p95_ms for p in ps], "s--", color=color, label=f"{setting} p95")
+        rate_ax.plot(rates, [p.achieved_rate for p in ps], "o-", color=color, label=f"{setting} completed")
+        for ax in (ttft_ax, tpot_ax, rate_ax):
+            if predicted and predicted.get(setting):
+                ax.axvline(predicted[setting], color=color, linestyle=":", linewidth=1.2)
+    top = max((p.offered_rate for ps in measured.values() for p in ps), default=1.0)
+    rate_ax.plot([0, top], [0, top], color="grey", linewidth=1, label="completed = offered")
+    ttft_ax.set_yscale("log")
+    for ax, ylabel, title in ((ttft_ax, "time to first token (s, log scale)", "TTFT"),
+                              (tpot_ax, "time per output token (ms)", "TPOT, after the first token"),
+                              (rate_ax, "requests completed per second", "keeping up?")):
+        ax.set_xlabel(RATE_LABEL)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title + (" (dotted: predicted saturation)" if predicted and ax is rate_ax else ""))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    _title(fig, load_finding(points), points)
+    return fig
+
+
+def plot_ttft_split(points: Sequence[RatePoint]) -> Figure:
+    """Mean TTFT per point split into vLLM's queue time, its prefill time and the rest (HTTP,
+    tokenizing, the API server), one group of bars per setting."""
+    measured = _measured(points)
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax = fig.subplots()
+    labels, x, worst = [], 0, None
+    for setting, ps in measured.items():
+        for p in ps:
+            queue, prefill = p.queue_mean_s or 0.0, p.prefill_mean_s or 0.0
+            mean_ttft = _mean_ttft(p)
+            rest = max(0.0, mean_ttft - queue - prefill) if mean_ttft is not None else 0.0
+            ax.bar(x, queue, color=WAIT_COLOR, label="queued (vLLM)" if x == 0 else None)
+            ax.bar(x, prefill, bottom=queue, color=GENERATE_COLOR, label="prefill (vLLM)" if x == 0 else None)
+            ax.bar(x, rest, bottom=queue + prefill, color="lightgrey",
+                   label="the rest (client's TTFT)" if x == 0 else None)
+            labels.append(f"{setting}\n{p.offered_rate:g}/s")
+            whole = max(mean_ttft or 0.0, queue + prefill)  # the client's TTFT holds vLLM's parts
+            if whole and (worst is None or queue / whole > worst[0]):
+                worst = (queue / whole, setting, p.offered_rate)
+            x += 1
+        x += 0.5
+    ax.set_xticks(np.arange(len(labels)) + np.repeat(np.arange(len(measured)) * 0.5,
+                                                      [len(ps) for ps in measured.values()]))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("mean time to first token (s)")
+    ax.set_xlabel("setting and offered load")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    _title(fig, "where TTFT goes" if worst is None else
+           f"where TTFT goes: at {worst[1]}, {worst[2]:g} req/s, {worst[0]:.0%} of it is waiting in the queue", points)
+    return fig
+
+
+def _mean_ttft(point: RatePoint) -> float | None:
+    ttfts = [t for t, _, _ in point.latencies if t is not None]
+    return float(np.mean(ttfts)) if ttfts else None

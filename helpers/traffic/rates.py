@@ -1,0 +1,294 @@
+"""One point of a request-rate sweep, and what a sweep's points say: saturation and the best rate under an SLO.
+
+A :class:`RatePoint` is one (setting, offered rate) of open-loop traffic (:mod:`helpers.load.arrivals`):
+what was offered, what the server achieved, p50/p95 latencies, the engine's queue and prefill means
+(:mod:`helpers.load.ttft_split`), goodput (:mod:`helpers.load.slo`) and a ``status``: ``"ok"``,
+``"not run: <reason>"`` or ``"failed: <reason>"``. It keeps each request's (TTFT, end-to-end,
+output tokens), so any other SLO can be asked of it later (:func:`slo_table`).
+
+**Keeping up.** A point's *completion rate* is 1 / the least-squares slope of its requests'
+completion times (sorted) against their rank, and its *arrival rate* the same of its send times.
+Below saturation requests finish as they arrive, a roughly constant latency later, so the two slopes
+match; past it a backlog grows and completions come at the server's own pace, slower. A point keeps
+up while its completion rate is at least :data:`KEEP_UP` of its arrival rate and no request failed.
+Why not "completed / wall time" (``vllm bench serve``'s request throughput): the wall time includes
+the last request's latency, seconds on a 2-core CPU, which pulls a short run below 95% at any rate;
+a slope ignores a constant offset. Why not vLLM's queue time: on a GPU with a large
+``--max-num-seqs`` the batch absorbs the load and every request slows down without ever queueing.
+:func:`measured_saturation` brackets the rate where keeping up stops and estimates it as the completion
+rate of the overloaded points (the rate the server serves when it is the limit).
+
+**Meeting an SLO.** A point meets an SLO when at least :data:`SLO_SHARE` (95%) of its requests
+were good (succeeded within every limit), i.e. the p95 of each limited latency is within its limit;
+:func:`best_rate_under_slo` gives each setting's highest such offered rate. Saving and loading a
+sweep: :func:`save_rate_sweep`, :func:`load_rate_sweep`. Taught in ``labs/02_serving_real_traffic.ipynb``.
+
+    >>> pts = [RatePoint("seqs=4", r, 1.0, 20, achieved_rate=a, arrival_rate=r, num_ok=20) for r, a in
+    ...        [(0.5, 0.49), (1.0, 0.98), (2.0, 1.3), (4.0, 1.4)]]
+    >>> measured_saturation(pts)["seqs=4"]
+    MeasuredSaturation(setting='seqs=4', last_kept_up=1.0, first_not=2.0, estimate=1.35)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from helpers import validate
+from helpers.errors import ResultsFileError
+from helpers.files import read_json, write_atomically
+from helpers.load.slo import SLO, tpot_ms
+from helpers.load.summary import percentile
+from helpers.load.ttft_split import ttft_split
+
+FORMAT = "vllm-course/rate-sweep/1"
+KEEP_UP = 0.9  # completion rate / arrival rate: below it, the point is past saturation
+SLO_SHARE = 0.95  # share of requests that must be good for a point to meet an SLO (a p95 within limits)
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One (setting, offered rate): rates in requests/s, latencies in s (``_s``) or ms (``_ms``); None where
+    not measured. ``latencies``: per request (TTFT s, end-to-end s, output tokens), None times for a failure."""
+
+    setting: str  # e.g. "max_num_seqs=4"
+    offered_rate: float  # requests per second asked for (arrival_times' rate)
+    burstiness: float
+    num_requests: int
+    status: str = OK  # "ok", "not run: <reason>" or "failed: <reason>"
+    num_ok: int = 0
+    wall_s: float | None = None  # first send -> last request returned, client clock
+    arrival_rate: float | None = None  # requests per second as sent (see the module docstring)
+    achieved_rate: float | None = None  # completions per second (see the module docstring)
+    output_tok_per_s: float | None = None
+    total_tok_per_s: float | None = None  # prompt (chat template included) + output tokens per second
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p95_ms: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    queue_mean_s: float | None = None  # vLLM's request_queue_time_seconds, mean over the point's requests
+    prefill_mean_s: float | None = None  # vLLM's request_prefill_time_seconds, likewise
+    slo: str | None = None  # the SLO goodput was measured against, in vLLM's spelling ("ttft:500 tpot:50")
+    goodput_per_s: float | None = None  # good requests per second of wall time (vLLM's request goodput)
+    slo_fraction: float | None = None  # good requests / requests sent
+    latencies: tuple[tuple[float | None, float | None, int], ...] = ()
+
+    @property
+    def ran(self) -> bool:
+        return self.status == OK
+
+    @property
+    def keeps_up(self) -> bool | None:
+        """Completions kept pace with arrivals and nothing failed; None for a point without the rates."""
+        if not self.ran or self.achieved_rate is None or self.arrival_rate is None:
+            return None
+        return self.num_ok == self.num_requests and self.achieved_rate >= KEEP_UP * self.arrival_rate
+
+    def share_good(self, slo: SLO) -> float:
+        """Requests sent that succeeded within every limit of ``slo``, as a fraction."""
+        good = sum(_met(slo, ttft, e2e, tokens) for ttft, e2e, tokens in self.latencies)
+        return good / self.num_requests if self.num_requests else math.nan
+
+    def meets(self, slo: SLO) -> bool:
+        """At least :data:`SLO_SHARE` of the requests were good (a measured point only)."""
+        return self.ran and self.share_good(slo) >= SLO_SHARE
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        rounded = lambda s: None if s is None else round(s, 5)  # noqa: E731  10 microseconds: small files
+        data["latencies"] = [[rounded(t), rounded(e), n] for t, e, n in self.latencies]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RatePoint:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["latencies"] = tuple((t, e, int(n)) for t, e, n in data.get("latencies") or ())
+        return cls(**values)
+
+
+def not_run(setting: str, rate: float, burstiness: float, num_requests: int, reason: str) -> RatePoint:
+    """A planned point that was not measured, and why (``"time bound"``, ``"server died: exit code -9"``)."""
+    return RatePoint(setting, float(rate), float(burstiness), num_requests, status=f"not run: {reason}")
+
+
+def rate_point(run: Any, before: Any, after: Any, *, setting: str, offered_rate: float, burstiness: float,
+               slo: SLO | None = None) -> RatePoint:
+    """The point a :class:`~helpers.load.run.LoadTestRun` measured, with two ``/metrics`` scrapes
+    (MetricsSample or dicts) taken before and after it for the engine's queue and prefill times."""
+    records = run.records
+    ok = [r for r in records if r.ok]
+    s = run.summary
+    tpots = [tpot_ms(r.e2e_s, r.ttft_s, r.output_tokens) for r in ok
+             if r.output_tokens and r.output_tokens > 1 and r.e2e_s is not None and r.ttft_s is not None]
+    try:
+        split = ttft_split(before, after, [r.ttft_s for r in ok])
+        queue, prefill = split.queue_s, split.prefill_s
+    except ValueError:  # no request finished between the scrapes
+        queue = prefill = None
+    total_tokens = s.prompt_tokens_total + s.output_tokens_total
+    good = sum(slo.met_by(r) for r in records) if slo is not None else None
+    return RatePoint(
+        setting=setting, offered_rate=float(offered_rate), burstiness=float(burstiness), num_requests=len(records),
+        num_ok=s.num_ok, wall_s=s.wall_s, arrival_rate=pace([r.send_s for r in records]),
+        achieved_rate=pace([r.done_s for r in ok if r.done_s is not None]),
+        output_tok_per_s=s.output_tok_per_s, total_tok_per_s=total_tokens / s.wall_s if s.wall_s > 0 else None,
+        ttft_p50_s=s.ttft_p50_s, ttft_p95_s=s.ttft_p95_s, tpot_p50_ms=percentile(tpots, 50),
+        tpot_p95_ms=percentile(tpots, 95), itl_p50_ms=s.itl_p50_ms, itl_p95_ms=s.itl_p95_ms,
+        e2e_p50_s=s.e2e_p50_s, e2e_p95_s=s.e2e_p95_s, queue_mean_s=queue, prefill_mean_s=prefill,
+        slo=" ".join(slo.vllm_args()[1:]) if slo is not None else None,
+        goodput_per_s=good / s.wall_s if good is not None and s.wall_s > 0 else None,
+        slo_fraction=good / len(records) if good is not None and records else None,
+        latencies=tuple((r.ttft_s, r.e2e_s, r.output_tokens or 0) if r.ok else (None, None, 0) for r in records))
+
+
+def pace(times: Sequence[float]) -> float | None:
+    """Events per second: 1 / the least-squares slope of the sorted times against their rank; None for
+    fewer than 3 times or no spread. A constant offset (every request's latency) leaves it unchanged.
+
+    >>> pace([0.5, 1.0, 1.5, 2.0]), pace([3.5, 4.0, 4.5, 5.0])
+    (2.0, 2.0)
+    """
+    ordered = np.sort(np.asarray(times, dtype=float))
+    if len(ordered) < 3:
+        return None
+    slope = float(np.polyfit(np.arange(len(ordered)), ordered, 1)[0])
+    return round(1.0 / slope, 9) if slope > 1e-9 else None  # no spread: all at one instant
+
+
+@dataclass(frozen=True)
+class MeasuredSaturation:
+    """Where a setting stopped keeping up: the last offered rate it kept up with, the first it did not
+    (None: not reached, or not below the lowest rate measured), and ``estimate``, the median completion
+    rate of the overloaded points (None when none was overloaded); requests per second."""
+
+    setting: str
+    last_kept_up: float | None
+    first_not: float | None
+    estimate: float | None
+
+    def describe(self) -> str:
+        if self.first_not is None:
+            return f"{self.setting}: kept up at every rate measured (up to {self.last_kept_up:g} req/s)"
+        kept = f"kept up at {self.last_kept_up:g} req/s, " if self.last_kept_up is not None else ""
+        return (f"{self.setting}: {kept}not at {self.first_not:g} req/s; it serves about "
+                f"{self.estimate:.2f} req/s when overloaded")
+
+
+def measured_saturation(points: Sequence[RatePoint]) -> dict[str, MeasuredSaturation]:
+    """Per setting, the bracket of offered rates where the server stops keeping up (module docstring);
+    points not run, failed or without rates are left out; settings with none measured are absent."""
+    found = {}
+    for setting, measured in _by_setting(points).items():
+        judged = [(p.offered_rate, p.keeps_up, p.achieved_rate) for p in measured if p.keeps_up is not None]
+        if not judged:
+            continue
+        overloaded = [(rate, achieved) for rate, kept, achieved in judged if not kept]
+        first_not = min((rate for rate, _ in overloaded), default=None)
+        kept_rates = [rate for rate, kept, _ in judged if kept and (first_not is None or rate < first_not)]
+        estimate = float(np.median([achieved for _, achieved in overloaded])) if overloaded else None
+        found[setting] = MeasuredSaturation(setting, max(kept_rates, default=None), first_not,
+                                            None if estimate is None else round(estimate, 9))
+    return found
+
+
+def slo_table(points: Sequence[RatePoint], slo: SLO) -> list[dict[str, Any]]:
+    """One row per measured point: setting, offered rate, share of requests good, goodput, meets.
+
+    >>> p = RatePoint("s", 1.0, 1.0, 2, num_ok=2, wall_s=4.0, latencies=((0.2, 1.0, 16), (0.9, 2.0, 16)))
+    >>> slo_table([p], SLO(ttft_ms=500))
+    [{'setting': 's', 'offered_rate': 1.0, 'share_good': 0.5, 'goodput_per_s': 0.25, 'meets': False}]
+    """
+    rows = []
+    for p in points:
+        if not p.ran:
+            continue
+        share = p.share_good(slo)
+        rows.append({"setting": p.setting, "offered_rate": p.offered_rate, "share_good": share,
+                     "goodput_per_s": share * p.num_requests / p.wall_s if p.wall_s else None,
+                     "meets": share >= SLO_SHARE})
+    return rows
+
+
+def best_rate_under_slo(points: Sequence[RatePoint], slo: SLO) -> dict[str, float | None]:
+    """Per setting, the highest offered rate whose point meets ``slo`` (:meth:`RatePoint.meets`);
+    None for a setting none of whose measured points meets it."""
+    return {setting: max((p.offered_rate for p in measured if p.meets(slo)), default=None)
+            for setting, measured in _by_setting(points).items()}
+
+
+def save_rate_sweep(points: Sequence[RatePoint], path: Path | str, **about: Any) -> Path:
+    """Write ``points`` (any status) and ``about`` (JSON-ready facts: server, workload) to ``path``,
+    whole or not at all (:func:`helpers.files.write_atomically`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"format": FORMAT, "about": about, "points": [p.to_dict() for p in points]}
+    return write_atomically(path, json.dumps(data, indent=1, allow_nan=True) + "\n")
+
+
+def load_rate_sweep(path: Path | str) -> tuple[list[RatePoint], dict[str, Any]]:
+    """The points and facts a :func:`save_rate_sweep` file holds; a file that is not one raises
+    :class:`~helpers.errors.ResultsFileError` naming it."""
+    remedy = "Run the sweep again (or delete the file)."
+    data = read_json(path, remedy=remedy)
+    if not (isinstance(data, dict) and data.get("format") == FORMAT):
+        raise ResultsFileError(f"{path} is not a rate-sweep file (expected format {FORMAT!r}). {remedy}")
+    try:
+        return [RatePoint.from_dict(p) for p in data["points"]], dict(data.get("about") or {})
+    except (KeyError, TypeError, ValueError) as error:
+        raise ResultsFileError(f"{path} is a damaged rate-sweep file ({type(error).__name__}: {error}). "
+                               f"{remedy}") from error
+
+
+def check_rates(rates: Any, burstiness: Any) -> tuple[float, ...]:
+    """The rates in ascending order, after refusing a rate or burstiness that is not a positive number.
+
+    >>> check_rates([2, 0.5], 1.0)
+    (0.5, 2.0)
+    """
+    if isinstance(rates, (int, float)) or not rates:
+        raise validate.InvalidArgumentError(
+            f"rates must be a list of request rates, e.g. [0.5, 1, 2, 4] (requests per second); got {rates!r}.")
+    hint = "It is requests per second, e.g. 2.0; to send everything at once use run_load_test without arrivals."
+    checked = sorted(validate.positive_number(rate, "each rate", unit="requests per second", hint=hint)
+                     for rate in rates)
+    if burstiness != math.inf:
+        validate.positive_number(burstiness, "burstiness",
+                                 hint="1.0 is Poisson, below 1 burstier, above 1 more even (inf: evenly spaced).")
+    return tuple(checked)
+
+
+def describe_point(point: RatePoint) -> str:
+    """One line per point: achieved rate, p50/p95 TTFT and end-to-end, queueing, errors; or its status."""
+    head = f"  {point.setting}, {point.offered_rate:g} req/s"
+    if point.achieved_rate is None or point.ttft_p50_s is None:
+        return f"{head}: {point.status}, {point.num_ok} of {point.num_requests} requests finished"
+    queue = f", queued {point.queue_mean_s:.2f} s" if point.queue_mean_s is not None else ""
+    line = (f"{head}: completes {point.achieved_rate:.2f} req/s, TTFT p50/p95 {point.ttft_p50_s:.2f}/"
+            f"{point.ttft_p95_s:.2f} s, e2e p50/p95 {point.e2e_p50_s:.2f}/{point.e2e_p95_s:.2f} s{queue}, "
+            f"errors {point.num_requests - point.num_ok}")
+    return line if point.ran else f"{line} ({point.status})"
+
+
+def _met(slo: SLO, ttft_s: float | None, e2e_s: float | None, tokens: int) -> bool:
+    # a kept latency triple read as the record SLO.met_by judges: one definition of "good"
+    return slo.met_by(SimpleNamespace(ok=e2e_s is not None, ttft_s=ttft_s, e2e_s=e2e_s, output_tokens=tokens))
+
+
+def _by_setting(points: Sequence[RatePoint]) -> dict[str, list[RatePoint]]:
+    grouped: dict[str, list[RatePoint]] = {}
+    for p in sorted(points, key=lambda p: p.offered_rate):
+        grouped.setdefault(p.setting, []).append(p)
+    return grouped
