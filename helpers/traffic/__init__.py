@@ -7,6 +7,6 @@ Modules (each listed as it lands):
 - ``token_budget``: ``--max-num-batched-tokens`` against long prompts among short decodes, a server per budget (I/O);
 - ``saturation_model``: the rate past which the queue grows, from notebook 04's step-time model on paper
   and by simulation, and which term explains a measured one (pure);
-- ``plots``: latency and completions against offered load, and TTFT split into queue, prefill and the rest
-  (drawing);
+- ``plots``: latency and completions against offered load, TTFT split into queue, prefill and the rest, and
+  the measured decode step against the memory-bandwidth roofline (drawing);
 """

@@ -1,4 +1,4 @@
-"""The second lab's figures: latency and throughput against offered load, and where TTFT goes.
+"""The second lab's figures: latency and throughput against offered load, where TTFT goes, the roofline.
 
 Drawing only: every function takes :class:`~helpers.traffic.rates.RatePoint` objects (measured by
 :func:`helpers.traffic.sweep.sweep_rates`), returns a matplotlib Figure, and titles it with a finding
@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 
 from helpers.drawing import GENERATE_COLOR, WAIT_COLOR, setting_colors
 from helpers.traffic.rates import RatePoint
+from helpers.tuning.roofline import DecodeRoofline
 
 RATE_LABEL = "offered load (requests/s)"
 
@@ -139,3 +140,32 @@ def plot_ttft_split(points: Sequence[RatePoint]) -> Figure:
 def _mean_ttft(point: RatePoint) -> float | None:
     ttfts = [t for t, _, _ in point.latencies if t is not None]
     return float(np.mean(ttfts)) if ttfts else None
+
+
+def plot_roofline(measured: Sequence[tuple[int, float]], bounds: Sequence[DecodeRoofline],
+                  bandwidth_note: str) -> Figure:
+    """Measured decode step times (batch, seconds) against the memory-bandwidth bound of each batch.
+
+    >>> from helpers.tuning.roofline import decode_roofline
+    >>> bounds = [decode_roofline(270e6, 23_040, [300] * b, 20e9) for b in (1, 4, 8)]
+    >>> fig = plot_roofline([(1, 0.030), (8, 0.045)], bounds, "20 GB/s")
+    >>> fig.axes[0].get_title()
+    'at 8 sequences a step took 45 ms; reading its bytes at 20 GB/s takes at least 16.3 ms: 36% of the bound'
+    """
+    fig = Figure(figsize=(8, 4.4), layout="constrained")
+    ax = fig.subplots()
+    ax.plot([b.batch for b in bounds], [b.step_s * 1e3 for b in bounds], "-", color="grey",
+            label=f"memory bound: weights + KV read at {bandwidth_note}")
+    ax.plot([b for b, _ in measured], [s * 1e3 for _, s in measured], "o", color=GENERATE_COLOR, markersize=8,
+            label="measured decode step (the server's clock)")
+    ax.set_xlabel("sequences decoding together (batch)")
+    ax.set_ylabel("time per decode step (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    batch, step_s = max(measured)
+    bound = next((b for b in bounds if b.batch == batch), None)
+    ax.set_title(f"at {batch} sequences a step took {step_s * 1e3:.3g} ms" + (
+        "" if bound is None else f"; reading its bytes at {bandwidth_note} takes at least "
+        f"{bound.step_s * 1e3:.3g} ms: {bound.efficiency(step_s):.0%} of the bound"))
+    return fig
