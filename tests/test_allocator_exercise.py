@@ -99,6 +99,31 @@ class AlwaysAdmits(Solution):
         return True
 
 
+class SharesPartBlocks(Solution):
+    """Enters the partly filled last block in prefix_blocks too, so equal prompts share it."""
+
+    def allocate(self, request_id, prompt_token_ids):
+        tokens, bs = list(prompt_token_ids), self.block_size
+        shared = self.prefix_blocks.get(tuple(tokens)) if len(tokens) % bs else None
+        if shared is None or not super().allocate(request_id, tokens[: len(tokens) // bs * bs]):
+            admitted = super().allocate(request_id, tokens)
+            if admitted and len(tokens) % bs:
+                self.prefix_blocks.setdefault(tuple(tokens), self.block_tables[request_id][-1])
+            return admitted
+        self.block_tables[request_id].append(shared)
+        self.ref_count[shared] += 1
+        self.num_tokens[request_id] = len(tokens)
+        return True
+
+
+class KeepsBlocksWhenRefused(Solution):
+    def allocate(self, request_id, prompt_token_ids):
+        admitted = super().allocate(request_id, prompt_token_ids)
+        if not admitted and self.free_blocks:
+            self.free_blocks.pop(0)  # taken before finding out the prompt does not fit
+        return admitted
+
+
 def test_the_solution_agrees_with_the_course_on_every_trace():
     verdict = grade_allocator(Solution)
     assert verdict.ok is True, verdict.message
@@ -112,13 +137,13 @@ def test_the_unfilled_scaffold_is_not_yet_answered_and_prints_without_raising(ca
 
 def test_a_free_that_forgets_to_decrement_a_shared_block_is_named():
     verdict = grade_allocator(ForgetsToDecrement)
-    assert verdict.ok is False and "step 5 (free 'a')" in verdict.message
-    assert "ref_count 2 but 1 block table holds it" in verdict.message
+    assert verdict.ok is False and "step 6 (free 'a')" in verdict.message
+    assert "ref_count 3 but 2 block tables hold it" in verdict.message
 
 
 def test_freeing_a_block_another_request_holds_is_named():
     message = grade_allocator(FreesSharedBlocks).message
-    assert "on your free list while 'b' holds it" in message and "count falls to 0" in message
+    assert "on your free list while 'c' holds it" in message and "count falls to 0" in message
 
 
 def test_a_prefix_entry_left_behind_after_free_is_named():
@@ -128,9 +153,15 @@ def test_a_prefix_entry_left_behind_after_free_is_named():
 
 def test_no_sharing_and_too_many_blocks_and_admitting_past_the_pool_are_each_caught_where_they_first_show():
     assert "a block of its own in yours, the same block as block 0 of 'a'" in grade_allocator(NeverShares).message
-    assert "step 3 (append to 'a')" in grade_allocator(NewBlockEveryToken).message
+    assert "step 4 (append to 'a')" in grade_allocator(NewBlockEveryToken).message
     message = grade_allocator(AlwaysAdmits).message
-    assert "admitted 'e', the course's refuses it" in message and "0 were free" in message
+    assert "admitted 'f', the course's refuses it" in message and "0 were free" in message
+
+
+def test_a_shared_partly_filled_block_and_a_refusal_that_keeps_blocks_are_named():
+    message = grade_allocator(SharesPartBlocks).message
+    assert "step 3 (allocate 'c'" in message and "block 2 of 'c' is the same block as block 2 of 'b'" in message
+    assert "returned False but kept 1 block(s)" in grade_allocator(KeepsBlocksWhenRefused).message
 
 
 def test_the_traces_exercise_sharing_refusals_and_frees():

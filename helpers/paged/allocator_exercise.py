@@ -12,9 +12,8 @@ class and against the course's ``PagedKVCache(enable_prefix_caching=True)``, com
 was admitted, blocks free, each request's blocks, which of them are shared, and reference counts. It stops at
 the first difference and says it in words. Block ids are not compared: any free block will do.
 
-Two differences of the course's allocator are allowed for: it keeps a block freed with a prefix as *cached*
-(reclaimable, revived by a later matching prompt), so its cached blocks count as free here; and it also
-shares full blocks that decoding filled, which the traces never ask for (their generated tokens are random).
+The course's allocator keeps a freed prefix block as *cached* (revived by a later matching prompt): cached
+blocks count as free here. It also shares full blocks that decoding filled, which the traces never ask for.
 A solution: ``docs/solutions/paged_allocator.py``.
 """
 
@@ -57,14 +56,16 @@ class AllocatorTrace:
 def story_trace() -> AllocatorTrace:
     """The check's first trace, short enough to follow by hand: blocks of 4, a pool of 8.
 
-    'a' and 'b' share a two-block system prompt; 'c' is that prompt exactly, so its first append needs a block;
-    'd' takes the whole pool, so 'e' is refused and 'd''s third append finds no block.
+    'a', 'b' and 'c' share a two-block system prompt ('b' and 'c' are the same prompt, but their partly filled
+    last blocks are their own); 'd' is that prompt exactly, so its first append needs a block; 'e' takes the whole
+    pool, so 'f' is refused and 'e''s third append finds no block.
     """
     system = tuple(range(100, 108))
-    ops = [Op("allocate", "a", system + (1, 2, 3)), Op("allocate", "b", system + (4, 5)), Op("append", "a", (6,)),
-           Op("append", "a", (7,)), Op("free", "a"), Op("allocate", "c", system), Op("append", "c", (8,)),
-           Op("free", "b"), Op("free", "c"), Op("allocate", "d", tuple(range(200, 230))),
-           Op("allocate", "e", (9, 9, 9)), Op("append", "d", (10,)), Op("append", "d", (11,)), Op("append", "d", (12,))]
+    ops = [Op("allocate", "a", system + (1, 2, 3)), Op("allocate", "b", system + (4, 5)),
+           Op("allocate", "c", system + (4, 5)), Op("append", "a", (6,)), Op("append", "a", (7,)), Op("free", "a"),
+           Op("allocate", "d", system), Op("append", "d", (8,)), Op("free", "b"), Op("free", "c"), Op("free", "d"),
+           Op("allocate", "e", tuple(range(200, 230))), Op("allocate", "f", (9, 9, 9)), Op("append", "e", (10,)),
+           Op("append", "e", (11,)), Op("append", "e", (12,))]
     return AllocatorTrace("the first trace", 4, 8, tuple(ops))
 
 
@@ -109,7 +110,7 @@ def check_traces() -> list[AllocatorTrace]:
 
 
 def _name(i: int) -> str:
-    return "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else f"r{i}"
+    return chr(ord("a") + i) if i < 26 else f"r{i}"
 
 
 # ----- what the two allocators hold, in comparable form ---------------------------------------------
@@ -124,11 +125,6 @@ def _shape(tables: dict[str, list[int]]) -> dict[str, tuple[tuple[str, int] | No
             first.setdefault(block, (rid, i))
         shape[rid] = tuple(row)
     return shape
-
-
-def _course_state(cache: PagedKVCache, live: list[str]) -> tuple[int, dict[str, list[int]]]:
-    tables = {rid: cache.block_table(rid) for rid in live}
-    return cache.num_free_blocks + cache.num_cached_blocks, tables
 
 
 def _apply_course(cache: PagedKVCache, op: Op, live: list[str]) -> bool:
@@ -170,7 +166,7 @@ def _compare(mine: Any, cache: PagedKVCache, op: Op, answer: Any, expected: bool
     """The first way the learner's allocator differs from the course's after `op`, in words; None if none.
 
     `why` says why the course's allocator admitted or refused an allocation, from the pool before it."""
-    free, tables = _course_state(cache, live)
+    free, tables = cache.num_free_blocks + cache.num_cached_blocks, {rid: cache.block_table(rid) for rid in live}
     if op.kind != "free" and answer is not True and answer is not False:
         return f"{op.kind} returned {answer!r}: return True when it succeeds, False when the pool is out of blocks."
     if op.kind == "allocate" and answer != expected:
@@ -201,9 +197,9 @@ def _compare(mine: Any, cache: PagedKVCache, op: Op, answer: Any, expected: bool
             "The prompt found it through prefix_blocks, but it had been freed: when free gives a block back, its "
             "key must leave prefix_blocks." if op.kind == "allocate" else
             "A block goes back on the free list only when its count falls to 0: other requests may still hold it."))
-    for rid in tables:
-        if len(mine_tables[rid]) != len(tables[rid]):
-            return (f"{rid!r} holds {len(mine_tables[rid])} blocks in yours, {len(tables[rid])} in the course's, "
+    for rid, table in tables.items():
+        if len(mine_tables[rid]) != len(table):
+            return (f"{rid!r} holds {len(mine_tables[rid])} blocks in yours, {len(table)} in the course's, "
                     f"for {cache.num_tokens(rid)} tokens in blocks of {cache.block_size}. " + (
                         "A token needs a new block only when the last one is full." if op.kind == "append" else
                         "A prompt needs one block per block_size tokens, rounded up."))
@@ -225,9 +221,13 @@ def _compare(mine: Any, cache: PagedKVCache, op: Op, answer: Any, expected: bool
             return f"block {b} has ref_count {mine.ref_count[b]} but {holders} it: {verb}."
     if len(free_list) != free:
         leaked = num_blocks - len(free_list) - len(counts)
-        return (f"your allocator has {len(free_list)} free blocks, the course's has {free}"
-                + (f": {leaked} block(s) are in no table and not on the free list. Every block whose count falls "
-                   "to 0 goes back on the free list." if leaked else "."))
+        why = "."
+        if leaked and answer is False:
+            why = f": {op.kind} returned False but kept {leaked} block(s). A refusal must change nothing."
+        elif leaked:
+            why = (f": {leaked} block(s) are in no table and not on the free list. Every block whose count falls "
+                   "to 0 goes back on the free list.")
+        return f"your allocator has {len(free_list)} free blocks, the course's has {free}{why}"
     return None
 
 
