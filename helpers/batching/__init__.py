@@ -12,5 +12,6 @@ Pure core:
 I/O: ``measure`` (step-time measurements and trace replays against a running server, through
 ``helpers.load``); ``prediction`` (the prediction file the lab reads).
 Drawing: ``view`` (batch slots over time, the animated player) and ``measure_plots``.
-Notebook glue: ``exercises`` (the notebook's checks).
+Notebook glue: ``exercises`` (the notebook's checks); ``loop_exercise`` (the learner's continuous-batching
+loop, its schedule compared step by step with the simulator's).
 """
