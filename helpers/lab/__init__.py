@@ -7,6 +7,8 @@
 - ``plots``: drawing; latency CDFs, throughput bars, the per-request timeline, the sweep.
 - ``client_exercise``: I/O and checks; the learner's ``send_one`` run over a workload and held against the
   course's load tester.
+- ``client_section``: notebook glue; one server for the learner's client, the course's tester and the naive
+  loop's requests, then the loop against vLLM.
 - ``naive``: I/O; the lab's requests one at a time through ``transformers``' ``generate()``, against vLLM.
 - ``findings``: pure text; one sentence-builder per effect, from the numbers.
 - ``explain``: notebook glue; the explanation of the speed-up, findings in order.
