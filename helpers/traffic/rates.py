@@ -107,8 +107,7 @@ class RatePoint:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        rounded = lambda s: None if s is None else round(s, 5)  # noqa: E731  10 microseconds: small files
-        data["latencies"] = [[rounded(t), rounded(e), n] for t, e, n in self.latencies]
+        data["latencies"] = [[_round(t), _round(e), n] for t, e, n in self.latencies]
         return data
 
     @classmethod
@@ -151,7 +150,9 @@ def rate_point(run: Any, before: Any, after: Any, *, setting: str, offered_rate:
         slo=" ".join(slo.vllm_args()[1:]) if slo is not None else None,
         goodput_per_s=good / s.wall_s if good is not None and s.wall_s > 0 else None,
         slo_fraction=good / len(records) if good is not None and records else None,
-        latencies=tuple((r.ttft_s, r.e2e_s, r.output_tokens or 0) if r.ok else (None, None, 0) for r in records))
+        # to 10 microseconds, as the file keeps them: a point reloads equal to itself
+        latencies=tuple((_round(r.ttft_s), _round(r.e2e_s), r.output_tokens or 0) if r.ok else (None, None, 0)
+                        for r in records))
 
 
 def pace(times: Sequence[float]) -> float | None:
@@ -292,3 +293,7 @@ def _by_setting(points: Sequence[RatePoint]) -> dict[str, list[RatePoint]]:
     for p in sorted(points, key=lambda p: p.offered_rate):
         grouped.setdefault(p.setting, []).append(p)
     return grouped
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 5)
