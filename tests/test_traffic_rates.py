@@ -16,9 +16,21 @@ from helpers.errors import InvalidArgumentError, ResultsFileError
 from helpers.load.client import RequestRecord
 from helpers.load.run import LoadTestRun, ServerFacts
 from helpers.load.slo import SLO
-from helpers.traffic.rates import (KEEP_UP, MeasuredSaturation, RatePoint, best_rate_under_slo, check_rates,
-                                   describe_point, load_rate_sweep, measured_saturation, not_run, pace, rate_point,
-                                   save_rate_sweep, slo_table)
+from helpers.traffic.rates import (
+    KEEP_UP,
+    MeasuredSaturation,
+    RatePoint,
+    best_rate_under_slo,
+    check_rates,
+    describe_point,
+    load_rate_sweep,
+    measured_saturation,
+    not_run,
+    pace,
+    rate_point,
+    save_rate_sweep,
+    slo_table,
+)
 from helpers.traffic.sweep import sweep_rates
 
 

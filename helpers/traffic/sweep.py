@@ -26,7 +26,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -119,6 +118,7 @@ async def sweep_rates(
             continue
         points[index], stop_reason = await _one_rate(
             server, label, rate, n, burstiness=burstiness, seed=seed, index=index, slo=slo, lens=lens,
+            first=all(p.status.startswith("not run") for p in points[:index]),
             output_tokens=output_tokens, timeout_s=min(request_timeout_s, remaining - span))
         _report(quiet, describe_point(points[index]))
         if out_path is not None:
@@ -129,7 +129,7 @@ async def sweep_rates(
 
 
 async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness: float, seed: int, index: int,
-                    slo: SLO | None, lens: tuple[int, ...], output_tokens: int,
+                    first: bool, slo: SLO | None, lens: tuple[int, ...], output_tokens: int,
                     timeout_s: float) -> tuple[RatePoint, str | None]:
     """The point of one rate, and why the sweep must stop (the server died or stopped answering), or None."""
     try:
@@ -141,7 +141,7 @@ async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness:
         reason = death_of(server) or f"server stopped answering: {error}"
         return not_run(label, rate, burstiness, n, reason), reason
     workload = with_arrivals(workload, arrival_times(n, rate, burstiness, seed=seed))
-    if index == 0 and await warm_up(server, workload) is not None:
+    if first and await warm_up(server, workload) is not None:  # before the first rate measured
         before = scrape(server)  # the warm-up's requests are not the point's
     run = await run_load_test(server, workload, timeout_s=timeout_s, progress=False,
                               label=f"{label}, {rate:g} req/s")

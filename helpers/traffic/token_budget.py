@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from helpers import validate
 from helpers.errors import NotEnoughMemoryError, PortInUseError, ServerStartError
