@@ -21,7 +21,6 @@ from helpers.traffic.rates import (
     MeasuredSaturation,
     RatePoint,
     best_rate_under_slo,
-    check_rates,
     describe_point,
     load_rate_sweep,
     measured_saturation,
@@ -31,7 +30,7 @@ from helpers.traffic.rates import (
     save_rate_sweep,
     slo_table,
 )
-from helpers.traffic.sweep import sweep_rates
+from helpers.traffic.sweep import check_rates, sweep_rates
 
 
 def point(rate, achieved, *, setting="seqs=4", ok=20, n=20, status="ok", latencies=()):
@@ -46,6 +45,15 @@ def test_the_completion_rate_ignores_a_constant_latency_that_a_wall_time_would_c
     assert pace(sends) == pytest.approx(2.0) and pace(dones) == pytest.approx(2.0)
     assert 20 / dones[-1] < KEEP_UP * 2.0                    # completed / wall time would call it saturated
     assert pace([1.0, 2.0]) is None and pace([1.0, 1.0, 1.0]) is None
+
+
+def test_one_slow_request_at_the_end_does_not_read_as_saturation_and_a_growing_backlog_does():
+    sends = [2.0 * i for i in range(1, 13)]                  # 0.5 req/s
+    dones = [t + 5.0 for t in sends]
+    dones[-1] += 15.0                                        # the last request, slowed by something else on the machine
+    assert pace(dones) == pytest.approx(0.5)                 # a least-squares line would read 0.39
+    backlog = [t + 5.0 + 1.0 * i for i, t in enumerate(sends)]  # each waits 1 s more than the one before
+    assert pace(backlog) == pytest.approx(1 / 3)
 
 
 def test_a_point_keeps_up_when_completions_keep_pace_and_nothing_failed():
