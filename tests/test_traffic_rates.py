@@ -116,7 +116,7 @@ def records(n=4, ok=4):
 
 
 def test_a_point_is_built_from_a_run_and_two_scrapes():
-    run = LoadTestRun("x", {}, ServerFacts("m"), "CPU", "", 4.7, records(4, ok=3))
+    run = LoadTestRun("x", {"load_avg_1m_at_start": 1.5}, ServerFacts("m"), "CPU", "", 4.7, records(4, ok=3))
     before = {"request_queue_time_seconds_sum": 0.0, "request_queue_time_seconds_count": 0,
               "request_prefill_time_seconds_sum": 0.0, "request_prefill_time_seconds_count": 0}
     after = {"request_queue_time_seconds_sum": 0.3, "request_queue_time_seconds_count": 3,
@@ -128,6 +128,7 @@ def test_a_point_is_built_from_a_run_and_two_scrapes():
     assert p.slo_fraction == 0.75 and p.goodput_per_s == pytest.approx(3 / p.wall_s)
     assert p.total_tok_per_s == pytest.approx((3 * 40 + 3 * 16) / p.wall_s)
     assert not p.keeps_up                                     # one request failed
+    assert p.sent_s == (0.0, 1.0, 2.0, 3.0) and p.load_avg_1m == 1.5
     assert "completes 1.00 req/s" in describe_point(p)
     same = rate_point(run, before, before, setting="s", offered_rate=1.0, burstiness=1.0)
     assert same.queue_mean_s is None and same.slo_fraction is None   # no request between the scrapes, no SLO

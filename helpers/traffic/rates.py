@@ -16,6 +16,8 @@ Why not "completed / wall time" (``vllm bench serve``'s request throughput): the
 the last request's latency, seconds on a 2-core CPU, which pulls a short run below 95% at any rate;
 a slope ignores a constant offset. Why not vLLM's queue time: on a GPU with a large
 ``--max-num-seqs`` the batch absorbs the load and every request slows down without ever queueing.
+What it cannot tell apart: a machine slowed by other programs during a point (a shared CPU) also
+finishes requests late; such a point shows slow tokens (TPOT) with nothing queued, and a high ``load_avg_1m``.
 :func:`measured_saturation` brackets the rate where keeping up stops and estimates it as the completion
 rate of the overloaded points (the rate the server serves when it is the limit).
 
@@ -85,6 +87,7 @@ class RatePoint:
     slo_fraction: float | None = None  # good requests / requests sent
     latencies: tuple[tuple[float | None, float | None, int], ...] = ()
     sent_s: tuple[float, ...] = ()  # per request, seconds from the run's start: with latencies, the pace again
+    load_avg_1m: float | None = None  # the machine's load at the start: other programs slow a point down too
 
     @property
     def ran(self) -> bool:
@@ -154,7 +157,8 @@ def rate_point(run: Any, before: Any, after: Any, *, setting: str, offered_rate:
         slo_fraction=good / len(records) if good is not None and records else None,
         # to 10 microseconds, as the file keeps them: a point reloads equal to itself
         latencies=tuple((_round(r.ttft_s), _round(r.e2e_s), r.output_tokens or 0) if r.ok else (None, None, 0)
-                        for r in records), sent_s=tuple(_round(r.send_s) for r in records))
+                        for r in records), sent_s=tuple(_round(r.send_s) for r in records),
+        load_avg_1m=run.settings.get("load_avg_1m_at_start"))
 
 
 def pace(times: Sequence[float]) -> float | None:
