@@ -156,7 +156,7 @@ async def measure_step_times(
     single timings noisy). After `repeats` rounds, more follow (at most three times as many
     in all) while they fit within `more_repeats_within_s` seconds of measuring: a fast
     machine (an H200 round takes about 3 s) gets more timings for its medians, a slow one
-    (a round takes about 15 s on the course's CPU) exactly `repeats`; 0 turns this off. The
+    (a round takes about 18 s on the course's CPU) exactly `repeats`; 0 turns this off. The
     prefill pair is timed at least three times (after the rounds, on its own where they were
     fewer): one step's time is easily stretched by other work on the machine, and a median of
     three leaves one such timing out. A short warm-up request goes first and is not counted.
