@@ -297,13 +297,14 @@ def test_measure_step_times_returns_what_it_measured_before_the_server_died(monk
     assert [m.label for m in data.measurements] == ["decode x1", "decode x2"]
     assert data.stopped == DIED
     lost = ("prefill 4 tokens (repeat 1)", "prefill 64 tokens (repeat 1)", "decode x1 (repeat 2)",
-            "decode x2 (repeat 2)", "prefill 4 tokens (repeat 2)", "prefill 64 tokens (repeat 2)")
+            "decode x2 (repeat 2)", "prefill 4 tokens (repeat 2)", "prefill 64 tokens (repeat 2)",
+            "prefill 4 tokens (repeat 3)", "prefill 64 tokens (repeat 3)")  # the third prefill pair too
     assert data.lost == lost
-    assert (data.requests_failed, data.requests_not_sent, data.planned) == (1, 6, 8)  # no rounds added after a death
+    assert (data.requests_failed, data.requests_not_sent, data.planned) == (1, 8, 10)  # no rounds added after a death
     assert len(data.records["prefill 4 tokens"]) == 1  # the failed request is kept, with its error
     out = capsys.readouterr().out
-    assert (f"Measuring stopped early ({DIED}): 6 of 8 timings lost ({', '.join(lost)}); 1 request failed, "
-            "6 never sent.") in out
+    assert (f"Measuring stopped early ({DIED}): 8 of 10 timings lost ({', '.join(lost[:6])}, ...); 1 request "
+            "failed, 8 never sent.") in out
     fit = data.fit(StepTimeModel(prefill_token_s=0.123))  # two decode batch sizes: enough to fit
     assert fit.prefill_token_s == 0.123 and fit.decode_seq_s >= 0
 
@@ -323,7 +324,7 @@ def test_a_death_during_the_warm_up_loses_every_timing_without_sending_them(monk
     fake = DyingLoadTester(server, die_after=0)
     monkeypatch.setattr(batching_measure, "run_load_test", fake)
     data = asyncio.run(measure_step_times(server, batch_sizes=(1, 4), output_len=6, repeats=2))
-    assert data.measurements == [] and len(data.lost) == 8 and data.requests_not_sent == 2 * (1 + 4 + 1 + 1)
+    assert data.measurements == [] and len(data.lost) == 10 and data.requests_not_sent == 2 * (1 + 4 + 1 + 1) + 2
     with pytest.raises(ValueError, match="^too few points to fit: no measurements"):
         data.fit()
 

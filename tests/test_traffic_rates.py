@@ -16,10 +16,21 @@ from helpers.errors import InvalidArgumentError, ResultsFileError
 from helpers.load.client import RequestRecord
 from helpers.load.run import LoadTestRun, ServerFacts
 from helpers.load.slo import SLO
-from helpers.traffic.rates import (KEEP_UP, MeasuredSaturation, RatePoint, best_rate_under_slo, check_rates,
-                                   describe_point, load_rate_sweep, measured_saturation, not_run, pace, rate_point,
-                                   save_rate_sweep, slo_table)
-from helpers.traffic.sweep import sweep_rates
+from helpers.traffic.rates import (
+    KEEP_UP,
+    MeasuredSaturation,
+    RatePoint,
+    best_rate_under_slo,
+    describe_point,
+    load_rate_sweep,
+    measured_saturation,
+    not_run,
+    pace,
+    rate_point,
+    save_rate_sweep,
+    slo_table,
+)
+from helpers.traffic.sweep import check_rates, sweep_rates
 
 
 def point(rate, achieved, *, setting="seqs=4", ok=20, n=20, status="ok", latencies=()):
@@ -34,6 +45,15 @@ def test_the_completion_rate_ignores_a_constant_latency_that_a_wall_time_would_c
     assert pace(sends) == pytest.approx(2.0) and pace(dones) == pytest.approx(2.0)
     assert 20 / dones[-1] < KEEP_UP * 2.0                    # completed / wall time would call it saturated
     assert pace([1.0, 2.0]) is None and pace([1.0, 1.0, 1.0]) is None
+
+
+def test_one_slow_request_at_the_end_does_not_read_as_saturation_and_a_growing_backlog_does():
+    sends = [2.0 * i for i in range(1, 13)]                  # 0.5 req/s
+    dones = [t + 5.0 for t in sends]
+    dones[-1] += 15.0                                        # the last request, slowed by something else on the machine
+    assert pace(dones) == pytest.approx(0.5)                 # a least-squares line would read 0.39
+    backlog = [t + 5.0 + 1.0 * i for i, t in enumerate(sends)]  # each waits 1 s more than the one before
+    assert pace(backlog) == pytest.approx(1 / 3)
 
 
 def test_a_point_keeps_up_when_completions_keep_pace_and_nothing_failed():
@@ -96,7 +116,7 @@ def records(n=4, ok=4):
 
 
 def test_a_point_is_built_from_a_run_and_two_scrapes():
-    run = LoadTestRun("x", {}, ServerFacts("m"), "CPU", "", 4.7, records(4, ok=3))
+    run = LoadTestRun("x", {"load_avg_1m_at_start": 1.5}, ServerFacts("m"), "CPU", "", 4.7, records(4, ok=3))
     before = {"request_queue_time_seconds_sum": 0.0, "request_queue_time_seconds_count": 0,
               "request_prefill_time_seconds_sum": 0.0, "request_prefill_time_seconds_count": 0}
     after = {"request_queue_time_seconds_sum": 0.3, "request_queue_time_seconds_count": 3,
@@ -108,6 +128,7 @@ def test_a_point_is_built_from_a_run_and_two_scrapes():
     assert p.slo_fraction == 0.75 and p.goodput_per_s == pytest.approx(3 / p.wall_s)
     assert p.total_tok_per_s == pytest.approx((3 * 40 + 3 * 16) / p.wall_s)
     assert not p.keeps_up                                     # one request failed
+    assert p.sent_s == (0.0, 1.0, 2.0, 3.0) and p.load_avg_1m == 1.5
     assert "completes 1.00 req/s" in describe_point(p)
     same = rate_point(run, before, before, setting="s", offered_rate=1.0, burstiness=1.0)
     assert same.queue_mean_s is None and same.slo_fraction is None   # no request between the scrapes, no SLO

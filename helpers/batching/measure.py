@@ -113,6 +113,7 @@ async def send_trace(server: Any, trace: Sequence[BatchRequest], seed: int = 0,
 
 
 _SERVER_TIMERS = ("request_decode_time_seconds", "request_prefill_time_seconds")
+PREFILL_PAIRS = 3  # the fewest short-and-long prefill pairs measure_step_times times
 
 
 async def _server_timer_totals(server: Any) -> dict[str, float] | None:
@@ -155,10 +156,12 @@ async def measure_step_times(
     single timings noisy). After `repeats` rounds, more follow (at most three times as many
     in all) while they fit within `more_repeats_within_s` seconds of measuring: a fast
     machine (an H200 round takes about 3 s) gets more timings for its medians, a slow one
-    (a round takes about 15 s on the course's CPU) exactly `repeats`; 0 turns this off. A
-    short warm-up request goes first and is not counted. Bounded: a round is sum(batch_sizes)
-    requests of `output_len` tokens plus two prefills of one token. Batch sizes above the
-    server's max_num_seqs would queue and measure nothing useful.
+    (a round takes about 18 s on the course's CPU) exactly `repeats`; 0 turns this off. The
+    prefill pair is timed at least three times (after the rounds, on its own where they were
+    fewer): one step's time is easily stretched by other work on the machine, and a median of
+    three leaves one such timing out. A short warm-up request goes first and is not counted.
+    Bounded: a round is sum(batch_sizes) requests of `output_len` tokens plus two prefills of
+    one token. Batch sizes above the server's max_num_seqs would queue and measure nothing useful.
 
     A timing with a failed request is left out and counted as lost (`StepFitData.lost`). When
     the server dies, measuring stops at once: what was measured before is returned, every
@@ -204,14 +207,15 @@ async def measure_step_times(
     warm_up = await _send(server, _specs([prompt_len], [4], rng), "warm-up")
     stopped = None if all(r.ok for r in warm_up) else death_of(server)
     server_timed = True
-    rounds, rounds_began = 0, time.monotonic()
-    while rounds < repeats or (rounds < 3 * repeats and stopped is None and
-                               (time.monotonic() - rounds_began) * (rounds + 1) / rounds <= more_s):
-        rounds += 1
-        for k in settings:
+    planned = 0
+
+    async def run_round(kinds: Sequence[int | str], repeat: int) -> None:
+        nonlocal stopped, server_timed, not_sent, planned
+        planned += len(kinds)
+        for k in kinds:
             label = label_of[k]
             if stopped is not None:
-                lost.append(f"{label} (repeat {rounds})")
+                lost.append(f"{label} (repeat {repeat})")
                 not_sent += k if isinstance(k, int) else 1
                 continue
             specs = (_specs([prompt_len] * k, [output_len] * k, rng) if isinstance(k, int) else
@@ -219,11 +223,21 @@ async def measure_step_times(
             batch, value, by_server = await _timed(server, specs, label, output_len)
             records.setdefault(label, []).extend(batch)
             if value is None:
-                lost.append(f"{label} (repeat {rounds})")
+                lost.append(f"{label} (repeat {repeat})")
                 stopped = death_of(server)
                 continue
             server_timed &= by_server
             timings[k].append(value)
+
+    rounds, rounds_began = 0, time.monotonic()
+    while rounds < repeats or (rounds < 3 * repeats and stopped is None and
+                               (time.monotonic() - rounds_began) * (rounds + 1) / rounds <= more_s):
+        rounds += 1
+        await run_round(settings, rounds)
+    # A prefill is one step, which other work on the machine can stretch many times over (a decode batch's time
+    # averages hundreds of steps): three pairs at least, so that their median leaves one such timing out
+    for repeat in range(rounds + 1, PREFILL_PAIRS + 1):
+        await run_round(["short", "long"], repeat)
     median = {k: statistics.median(v) for k, v in timings.items() if v}
     measurements = [StepMeasurement.decode(b, median[b]) for b in batch_sizes if b in median]
     if "short" in median and "long" in median:
@@ -231,7 +245,7 @@ async def measure_step_times(
                                                                median["long"], budget))
     data = StepFitData(measurements, records, time.monotonic() - began,
                        "server" if server_timed and measurements else "client", lost=tuple(lost), stopped=stopped,
-                       planned=rounds * len(settings), requests_not_sent=not_sent,
+                       planned=planned, requests_not_sent=not_sent,
                        max_num_batched_tokens=budget, timings={label_of[k]: tuple(v) for k, v in timings.items()})
     if (losses := data.describe_losses()) is not None:
         print(losses)

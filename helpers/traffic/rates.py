@@ -6,8 +6,9 @@ what was offered, what the server achieved, p50/p95 latencies, the engine's queu
 ``"not run: <reason>"`` or ``"failed: <reason>"``. It keeps each request's (TTFT, end-to-end,
 output tokens), so any other SLO can be asked of it later (:func:`slo_table`).
 
-**Keeping up.** A point's *completion rate* is 1 / the least-squares slope of its requests'
-completion times (sorted) against their rank, and its *arrival rate* the same of its send times.
+**Keeping up.** A point's *completion rate* is 1 / the slope of its requests' completion times
+(sorted) against their rank, a line resistant to a few slow requests (:func:`pace`), and its
+*arrival rate* the same of its send times.
 Below saturation requests finish as they arrive, a roughly constant latency later, so the two slopes
 match; past it a backlog grows and completions come at the server's own pace, slower. A point keeps
 up while its completion rate is at least :data:`KEEP_UP` of its arrival rate and no request failed.
@@ -15,6 +16,8 @@ Why not "completed / wall time" (``vllm bench serve``'s request throughput): the
 the last request's latency, seconds on a 2-core CPU, which pulls a short run below 95% at any rate;
 a slope ignores a constant offset. Why not vLLM's queue time: on a GPU with a large
 ``--max-num-seqs`` the batch absorbs the load and every request slows down without ever queueing.
+What it cannot tell apart: a machine slowed by other programs during a point (a shared CPU) also
+finishes requests late; such a point shows slow tokens (TPOT) with nothing queued, and a high ``load_avg_1m``.
 :func:`measured_saturation` brackets the rate where keeping up stops and estimates it as the completion
 rate of the overloaded points (the rate the server serves when it is the limit).
 
@@ -41,7 +44,6 @@ from typing import Any
 
 import numpy as np
 
-from helpers import validate
 from helpers.errors import ResultsFileError
 from helpers.files import read_json, write_atomically
 from helpers.load.slo import SLO, tpot_ms
@@ -84,6 +86,8 @@ class RatePoint:
     goodput_per_s: float | None = None  # good requests per second of wall time (vLLM's request goodput)
     slo_fraction: float | None = None  # good requests / requests sent
     latencies: tuple[tuple[float | None, float | None, int], ...] = ()
+    sent_s: tuple[float, ...] = ()  # per request, seconds from the run's start: with latencies, the pace again
+    load_avg_1m: float | None = None  # the machine's load at the start: other programs slow a point down too
 
     @property
     def ran(self) -> bool:
@@ -107,8 +111,7 @@ class RatePoint:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        rounded = lambda s: None if s is None else round(s, 5)  # noqa: E731  10 microseconds: small files
-        data["latencies"] = [[rounded(t), rounded(e), n] for t, e, n in self.latencies]
+        data["latencies"] = [[_round(t), _round(e), n] for t, e, n in self.latencies]
         return data
 
     @classmethod
@@ -116,6 +119,7 @@ class RatePoint:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
         values["latencies"] = tuple((t, e, int(n)) for t, e, n in data.get("latencies") or ())
+        values["sent_s"] = tuple(data.get("sent_s") or ())
         return cls(**values)
 
 
@@ -151,20 +155,26 @@ def rate_point(run: Any, before: Any, after: Any, *, setting: str, offered_rate:
         slo=" ".join(slo.vllm_args()[1:]) if slo is not None else None,
         goodput_per_s=good / s.wall_s if good is not None and s.wall_s > 0 else None,
         slo_fraction=good / len(records) if good is not None and records else None,
-        latencies=tuple((r.ttft_s, r.e2e_s, r.output_tokens or 0) if r.ok else (None, None, 0) for r in records))
+        # to 10 microseconds, as the file keeps them: a point reloads equal to itself
+        latencies=tuple((_round(r.ttft_s), _round(r.e2e_s), r.output_tokens or 0) if r.ok else (None, None, 0)
+                        for r in records), sent_s=tuple(_round(r.send_s) for r in records),
+        load_avg_1m=run.settings.get("load_avg_1m_at_start"))
 
 
 def pace(times: Sequence[float]) -> float | None:
-    """Events per second: 1 / the least-squares slope of the sorted times against their rank; None for
-    fewer than 3 times or no spread. A constant offset (every request's latency) leaves it unchanged.
+    """Events per second: 1 / the slope of Tukey's resistant line through the sorted times against their
+    rank (the median of the last third minus that of the first, over their distance in rank); None for
+    fewer than 3 times or no spread. A constant offset (every request's latency) leaves it unchanged, and
+    a few slow requests at the end barely move it, where they would tilt a least-squares line.
 
-    >>> pace([0.5, 1.0, 1.5, 2.0]), pace([3.5, 4.0, 4.5, 5.0])
-    (2.0, 2.0)
+    >>> pace([0.5, 1.0, 1.5, 2.0]), pace([3.5, 4.0, 4.5, 5.0]), pace([0, 1, 2, 3, 4, 5, 6, 7, 28])
+    (2.0, 2.0, 1.0)
     """
     ordered = np.sort(np.asarray(times, dtype=float))
-    if len(ordered) < 3:
+    n, third = len(ordered), len(ordered) // 3
+    if n < 3:
         return None
-    slope = float(np.polyfit(np.arange(len(ordered)), ordered, 1)[0])
+    slope = float(np.median(ordered[-third:]) - np.median(ordered[:third])) / (n - third)
     return round(1.0 / slope, 9) if slope > 1e-9 else None  # no spread: all at one instant
 
 
@@ -252,24 +262,6 @@ def load_rate_sweep(path: Path | str) -> tuple[list[RatePoint], dict[str, Any]]:
                                f"{remedy}") from error
 
 
-def check_rates(rates: Any, burstiness: Any) -> tuple[float, ...]:
-    """The rates in ascending order, after refusing a rate or burstiness that is not a positive number.
-
-    >>> check_rates([2, 0.5], 1.0)
-    (0.5, 2.0)
-    """
-    if isinstance(rates, (int, float)) or not rates:
-        raise validate.InvalidArgumentError(
-            f"rates must be a list of request rates, e.g. [0.5, 1, 2, 4] (requests per second); got {rates!r}.")
-    hint = "It is requests per second, e.g. 2.0; to send everything at once use run_load_test without arrivals."
-    checked = sorted(validate.positive_number(rate, "each rate", unit="requests per second", hint=hint)
-                     for rate in rates)
-    if burstiness != math.inf:
-        validate.positive_number(burstiness, "burstiness",
-                                 hint="1.0 is Poisson, below 1 burstier, above 1 more even (inf: evenly spaced).")
-    return tuple(checked)
-
-
 def describe_point(point: RatePoint) -> str:
     """One line per point: achieved rate, p50/p95 TTFT and end-to-end, queueing, errors; or its status."""
     head = f"  {point.setting}, {point.offered_rate:g} req/s"
@@ -292,3 +284,7 @@ def _by_setting(points: Sequence[RatePoint]) -> dict[str, list[RatePoint]]:
     for p in sorted(points, key=lambda p: p.offered_rate):
         grouped.setdefault(p.setting, []).append(p)
     return grouped
+
+
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 5)

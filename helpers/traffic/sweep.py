@@ -44,7 +44,7 @@ from helpers.load.slo import SLO
 from helpers.load.warmup import warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload
 from helpers.serve.process import death_of
-from helpers.traffic.rates import RatePoint, check_rates, describe_point, not_run, rate_point, save_rate_sweep
+from helpers.traffic.rates import RatePoint, describe_point, not_run, rate_point, save_rate_sweep
 
 MIN_DRAIN_S = 5.0  # seconds the last arrival's request gets, at least, before the time limit
 MIN_REQUESTS = 3  # per rate: fewer give no completion rate (helpers.traffic.rates.pace)
@@ -119,6 +119,7 @@ async def sweep_rates(
             continue
         points[index], stop_reason = await _one_rate(
             server, label, rate, n, burstiness=burstiness, seed=seed, index=index, slo=slo, lens=lens,
+            first=all(p.status.startswith("not run") for p in points[:index]),
             output_tokens=output_tokens, timeout_s=min(request_timeout_s, remaining - span))
         _report(quiet, describe_point(points[index]))
         if out_path is not None:
@@ -129,7 +130,7 @@ async def sweep_rates(
 
 
 async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness: float, seed: int, index: int,
-                    slo: SLO | None, lens: tuple[int, ...], output_tokens: int,
+                    first: bool, slo: SLO | None, lens: tuple[int, ...], output_tokens: int,
                     timeout_s: float) -> tuple[RatePoint, str | None]:
     """The point of one rate, and why the sweep must stop (the server died or stopped answering), or None."""
     try:
@@ -141,7 +142,7 @@ async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness:
         reason = death_of(server) or f"server stopped answering: {error}"
         return not_run(label, rate, burstiness, n, reason), reason
     workload = with_arrivals(workload, arrival_times(n, rate, burstiness, seed=seed))
-    if index == 0 and await warm_up(server, workload) is not None:
+    if first and await warm_up(server, workload) is not None:  # before the first rate measured
         before = scrape(server)  # the warm-up's requests are not the point's
     run = await run_load_test(server, workload, timeout_s=timeout_s, progress=False,
                               label=f"{label}, {rate:g} req/s")
@@ -155,6 +156,24 @@ async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness:
     if death is not None:
         return replace(point, status=f"failed: {death}"), death
     return point, None
+
+
+def check_rates(rates: Any, burstiness: Any) -> tuple[float, ...]:
+    """The rates in ascending order, after refusing a rate or burstiness that is not a positive number.
+
+    >>> check_rates([2, 0.5], 1.0)
+    (0.5, 2.0)
+    """
+    if isinstance(rates, (int, float)) or not rates:
+        raise validate.InvalidArgumentError(
+            f"rates must be a list of request rates, e.g. [0.5, 1, 2, 4] (requests per second); got {rates!r}.")
+    hint = "It is requests per second, e.g. 2.0; to send everything at once use run_load_test without arrivals."
+    checked = sorted(validate.positive_number(rate, "each rate", unit="requests per second", hint=hint)
+                     for rate in rates)
+    if burstiness != math.inf:
+        validate.positive_number(burstiness, "burstiness",
+                                 hint="1.0 is Poisson, below 1 burstier, above 1 more even (inf: evenly spaced).")
+    return tuple(checked)
 
 
 def _check_slo(slo: Any) -> SLO | None:

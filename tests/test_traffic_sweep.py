@@ -1,0 +1,93 @@
+"""A request-rate sweep (helpers.traffic.sweep) against one real CPU server: every request accounted for, the file
+it saves reloads, the time bound marks a rate not run, and a server killed mid-sweep keeps the rates measured
+before it and marks the rest not run.
+
+One server start (20-60 s on a 2-core CPU) and about twenty short requests (16- and 64-token prompts, 8 tokens
+out). The kill is the last test: it ends the module's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from helpers.traffic.rates import load_rate_sweep
+from helpers.traffic.sweep import sweep_rates
+from tests.conftest import finished_requests
+from tests.real_server import server_fixture
+
+
+def in_engine(server) -> int:
+    """Requests running or waiting in the engine now (0 when /metrics does not answer)."""
+    from helpers.load.poller import scrape
+
+    try:
+        sample = scrape(server, timeout=2)
+    except OSError:
+        return 0
+    return sample.num_requests_running + sample.num_requests_waiting
+
+pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
+SMALL = {"prompt_lens": (16, 64), "output_tokens": 8, "quiet": True}
+
+server = server_fixture(max_num_seqs=4)
+
+
+def test_a_sweep_accounts_for_every_request_and_saves_a_file_that_reloads(server, tmp_path):
+    path = tmp_path / "sweep.json"
+    points = asyncio.run(sweep_rates(server, [3.0, 1.0], num_requests=4, slo="ttft:60000", time_limit_s=120,
+                                     out_path=path, **SMALL))
+    assert [(p.offered_rate, p.status) for p in points] == [(1.0, "ok"), (3.0, "ok")]
+    for p in points:
+        assert p.setting == "max_num_seqs=4" and p.num_requests == 4 == p.num_ok == len(p.latencies)
+        assert p.slo_fraction == 1.0 and p.goodput_per_s == pytest.approx(4 / p.wall_s)
+        assert p.achieved_rate > 0 and p.arrival_rate > 0 and p.keeps_up is not None
+        assert p.ttft_p50_s <= p.ttft_p95_s <= p.e2e_p95_s and p.tpot_p50_ms > 0 and p.itl_p95_ms > 0
+        assert p.total_tok_per_s > p.output_tok_per_s > 0
+        assert p.prefill_mean_s > 0 and p.queue_mean_s >= 0     # the engine's histograms moved by this point
+        assert p.queue_mean_s + p.prefill_mean_s <= p.e2e_p95_s
+    loaded, about = load_rate_sweep(path)
+    assert loaded == points
+    assert about["setting"] == "max_num_seqs=4" and about["slo"] == "ttft:60000"
+    assert about["server"]["max_num_seqs"] == 4
+
+
+def test_a_rate_that_would_pass_the_time_limit_is_not_started(server):
+    # 3 s of arrivals need 3 + 5 s (MIN_DRAIN_S): the first rate fits in 11 s, the second no longer can
+    began = time.monotonic()
+    points = asyncio.run(sweep_rates(server, [2.0, 4.0], duration_s=3, time_limit_s=11, **SMALL))
+    assert [p.status for p in points] == ["ok", "not run: time bound"]
+    assert points[0].num_requests == 6 == points[0].num_ok and points[1].num_requests == 12
+    assert time.monotonic() - began < 11 + 5  # the limit, and a scrape or two
+
+
+def test_a_server_killed_mid_sweep_keeps_the_rates_measured_and_marks_the_rest_not_run(server, tmp_path):
+    target = finished_requests(server) + 4  # the first rate's requests
+
+    def kill() -> None:  # once the first rate finished and the second's requests are in the engine
+        deadline = time.monotonic() + 120
+        while finished_requests(server) < target and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while in_engine(server) == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(server.process.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    path = tmp_path / "killed.json"
+    began = time.monotonic()
+    points = asyncio.run(sweep_rates(server, [2.0, 4.0, 8.0], num_requests=4, time_limit_s=120,
+                                     request_timeout_s=60, out_path=path, **SMALL))
+    killer.join(timeout=5)
+    assert time.monotonic() - began < 60
+    first, second, third = points
+    assert first.status == "ok" and first.num_ok == 4
+    assert second.status.startswith("failed: server died: exit code -9") and second.num_requests == 4
+    assert second.num_ok < 4  # kept what finished before the kill; the rest count as errors
+    assert third.status.startswith("not run: server died: exit code -9") and third.num_requests == 4
+    assert load_rate_sweep(path)[0] == points
