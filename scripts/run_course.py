@@ -25,17 +25,18 @@ OUT = ROOT / "build" / "executed"
 CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
 
 
-LAB_BEFORE = "05"  # the lab comes after notebooks 01-04 and before notebook 05, which builds on it
+LAB_BEFORE = "05"  # lab 1 comes after notebooks 01-04 and before notebook 05, which builds on it
 
 
 def course_notebooks() -> list[Path]:
-    """The learner's order: notebooks 01-04, the lab (the learner's version, as handed out), notebook 05 onwards.
+    """The learner's order: notebooks 01-04, lab 1 (the learner's version, as handed out), notebook 05, then
+    the later labs (lab 2's traffic builds on notebook 05's levers) and notebooks.
 
-    The instructor's version of the lab, which writes the explanation itself, is validated by `make test`."""
+    The instructor's versions of the labs, which write the explanation themselves, are validated by `make test`."""
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
-    labs = sorted((ROOT / "labs" / "learner").glob("*.ipynb"))
-    return ([path for path in notebooks if path.name < LAB_BEFORE] + labs
-            + [path for path in notebooks if path.name >= LAB_BEFORE])
+    first_lab, *later_labs = sorted((ROOT / "labs" / "learner").glob("*.ipynb"))
+    return ([path for path in notebooks if path.name < LAB_BEFORE] + [first_lab]
+            + [path for path in notebooks if path.name >= LAB_BEFORE] + later_labs)
 
 
 def run(path: Path, out: Path) -> float:
