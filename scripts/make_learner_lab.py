@@ -23,8 +23,8 @@ from notebook_header import ROOT, normalise  # a sibling script, not a package
 
 INSTRUCTOR_TAG = "instructor"
 LEARNER_DIR = ROOT / "labs" / "learner"
-NOTE = ("*Learner version.* The section that writes the explanation from your numbers is left out: question 9 asks "
-        "you for it. Your instructor has the complete notebook (`labs/{name}`) and the worked answers.")
+NOTE = ("*Learner version.* The section that writes the explanation from your numbers is left out: the last "
+        "question asks you for it. Your instructor has the complete notebook (`labs/{name}`) and the worked answers.")
 
 
 def learner_path(lab: Path) -> Path:
