@@ -95,7 +95,8 @@ def vllm_cli(argv: list[str], gated: bool = False) -> None:
 class GatedBench:
     """One `vllm bench serve` run of a workload: started (and past its imports) on entering, sent on :meth:`run`."""
 
-    def __init__(self, server: Any, workload: Any, folder: Path, name: str, tokenizer_path: str) -> None:
+    def __init__(self, server: Any, workload: Any, folder: Path, name: str, tokenizer_path: str,
+                 arrivals: tuple[str, ...] = ("--request-rate", "inf")) -> None:
         self.folder, self.name, self.log = folder, name, folder / f"{name}.log"
         dataset = folder / f"{name}-prompts.json"  # our prompts in the ShareGPT layout `--dataset-name sharegpt` reads
         write_atomically(dataset, json.dumps([{"id": str(spec.index), "conversations": [
@@ -107,7 +108,7 @@ class GatedBench:
             "--model", server.model_name, "--tokenizer", tokenizer_path,
             "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
             "--num-prompts", str(len(workload.requests)), "--sharegpt-output-len", str(workload.output_tokens),
-            "--ignore-eos", "--temperature", "0", "--request-rate", "inf",
+            "--ignore-eos", "--temperature", "0", *arrivals,
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
             "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", f"{name}.json",
             "--disable-tqdm"]
@@ -187,13 +188,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=_positive_int, default=None, help="per run (default: 640 GPU, 8 CPU)")
     parser.add_argument("--output-tokens", type=_positive_int, default=None, help="default: 256 GPU, 16 CPU")
     parser.add_argument("--out", type=Path, default=None, help="folder for the results (default build/bench/<time>)")
+    parser.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s, open loop "
+                        "(default inf: all at once); both tools send at this rate")
+    parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps (1: Poisson)")
+    parser.add_argument("--goodput", default=None, help='an SLO in vLLM\'s spelling, e.g. "ttft:500 tpot:50" (ms)')
     parser.add_argument("--capture", type=Path, default=None, help="also save one small raw `vllm bench serve` "
                         "result file: a .json path, or a folder to hold vllm-<version>-<gpu|cpu>.json")
     args = parser.parse_args(argv)
     from vllm_bench_results import check_pairs
 
+    from helpers.load.arrivals import arrival_times
+    from helpers.load.slo import SLO
+
     try:
         check_pairs(args.pairs)
+        arrival_times(1, args.request_rate, args.burstiness)  # refuses a rate or burstiness of 0 or less
+        slo = SLO.parse(args.goodput) if args.goodput else None
     except ValueError as error:
         parser.error(str(error))
 
@@ -214,10 +224,11 @@ def main(argv: list[str]) -> int:
         requests, output_tokens, warm_requests, warm_tokens = DEFAULTS[kind]
         settings = {"max_num_seqs": args.max_num_seqs, "pairs": args.pairs, "requests": args.requests or requests,
                     "output_tokens": args.output_tokens or output_tokens, "warm_requests": warm_requests,
-                    "warm_output_tokens": warm_tokens}
+                    "warm_output_tokens": warm_tokens, "request_rate": args.request_rate,
+                    "burstiness": args.burstiness, "goodput": args.goodput}
         tokenizer_path = resolve_model(server.config.model).model
         tokenizer = prompt_tokenizer(tokenizer_path, server)
-        runs = measure(server, settings, tokenizer, tokenizer_path, raw)
+        runs = measure(server, settings, tokenizer, tokenizer_path, raw, slo)
         if args.capture is not None:  # a folder: the file is named for this vLLM, as tests/data/bench_serve wants
             target = args.capture if args.capture.suffix == ".json" \
                 else args.capture / f"vllm-{facts['vllm_version']}-{kind}.json"
@@ -226,21 +237,30 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_path: str, raw: Path) -> list[Any]:
-    """The pairs: per pair, vLLM's tool started to its gate, fresh workloads, a warm-up burst, then both runs."""
-    from vllm_bench_results import OURS, pair_order, run_from_bench, run_from_records
+def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_path: str, raw: Path,
+            slo: Any = None) -> list[Any]:
+    """The pairs: per pair, vLLM's tool started to its gate, fresh workloads, a warm-up burst, then both runs.
+    At a finite request rate both tools send open loop: gamma gaps of the same rate and shape (not the same draws:
+    vLLM's tool seeds its own), each run's goodput under ``slo`` counted by the course's code for both."""
+    from vllm_bench_results import OURS, pair_order, read_bench_result, run_from_bench, run_from_records, with_goodput
 
     from helpers.hardware import other_vllm_servers
+    from helpers.load.arrivals import arrival_times, with_arrivals
     from helpers.load.run import run_load_test
     from helpers.load.workload import build_workload
 
+    rate, burstiness = settings["request_rate"], settings["burstiness"]
+    arrivals = ("--request-rate", str(rate), "--burstiness", str(burstiness), "--seed", "0",
+                *(slo.vllm_args() if slo else ()))
     runs = []
     ours_pid = server.process.pid if server.process is not None else None
     make = lambda n, tokens, seed: build_workload(tokenizer, n, output_tokens=tokens, seed=seed)
     size = settings["requests"], settings["output_tokens"]
     for pair in range(settings["pairs"]):
-        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path) as bench:
+        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path, arrivals) as bench:
             ours = make(*size, pair)  # the same text with its own tag, made while vLLM's tool starts
+            if rate != float("inf"):
+                ours = with_arrivals(ours, arrival_times(size[0], rate, burstiness, seed=pair))
             warm = make(settings["warm_requests"], settings["warm_output_tokens"], 1000 + pair)
             bench.ready()
             warmed = asyncio.run(run_load_test(server, warm, progress=False))
@@ -250,10 +270,12 @@ def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_pat
                 load, others = round(os.getloadavg()[0], 2), other_vllm_servers(exclude_pid=ours_pid)
                 if tool == OURS:
                     done = asyncio.run(run_load_test(server, ours, progress=False))
-                    run = run_from_records(OURS, pair, position == 0, done.records,
-                                           {"records": "the course client's, summarized by helpers.load.summary"})
+                    run = with_goodput(run_from_records(OURS, pair, position == 0, done.records, {
+                        "records": "the course client's, summarized by helpers.load.summary"}), done.records, slo)
                 else:
-                    run = run_from_bench(pair, position == 0, bench.run())
+                    result = bench.run()
+                    run = with_goodput(run_from_bench(pair, position == 0, result),
+                                       read_bench_result(result).records, slo)
                 run.load_avg_1m, run.other_vllm_servers = load, others
                 runs.append(run)
                 print(f"  pair {pair + 1}, {position + 1}. {tool}: {run.output_tok_per_s or 0:.1f} tok/s, "

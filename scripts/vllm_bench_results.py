@@ -26,7 +26,7 @@ TARGETS = {"output_tok_per_s": 0.02, "ttft_p50_ms": 0.05}  # |ours / vLLM's - 1|
 MIN_PAIRS = 4
 PER_REQUEST = ("start_times", "ttfts", "itls", "output_lens", "errors")
 REPORTED = ("duration", "completed", "failed", "total_output_tokens", "output_throughput", "median_ttft_ms",
-            "p95_ttft_ms", "median_e2el_ms", "mean_tpot_ms")
+            "p95_ttft_ms", "median_e2el_ms", "mean_tpot_ms", "request_goodput")
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,16 @@ class TimedRun:
     vllm_reported: dict[str, Any] | None = None
     load_avg_1m: float | None = None
     other_vllm_servers: int = 0
+    goodput_per_s: float | None = None  # under the run's SLO (--goodput), counted by the course's code
+
+
+def with_goodput(run: TimedRun, records: Sequence[Any], slo: Any) -> TimedRun:
+    """``run`` with its goodput under ``slo`` (a helpers.load.slo.SLO; None: left as it is), from its records."""
+    from helpers.load.slo import goodput
+
+    if slo is not None and records and run.wall_s:
+        run.goodput_per_s = goodput(records, slo, run.wall_s).per_s
+    return run
 
 
 def run_from_records(tool: str, pair: int, first: bool, records: Sequence[Any],
@@ -224,10 +234,12 @@ def report_text(runs: Sequence[TimedRun], comparison: Mapping[str, Any], setting
 
     server = context["server"]
     columns = ("pair", "order", "tool", "wall_s", "output_tok_per_s", "ttft_p50_ms", "ttft_p95_ms", "e2e_p50_s",
-               "tpot_mean_ms", "errors", "vllm_own_tok_per_s", "vllm_own_ttft_p50_ms", "load_avg_1m")
+               "tpot_mean_ms", "errors", "goodput_per_s", "vllm_own_tok_per_s", "vllm_own_ttft_p50_ms",
+               "vllm_own_goodput", "load_avg_1m")
     rows = [[r.pair + 1, "first" if r.first else "second", r.tool, r.wall_s, r.output_tok_per_s, r.ttft_p50_ms,
-             r.ttft_p95_ms, r.e2e_p50_s, r.tpot_mean_ms, r.errors, (r.vllm_reported or {}).get("output_throughput"),
-             (r.vllm_reported or {}).get("median_ttft_ms"), r.load_avg_1m] for r in runs]
+             r.ttft_p95_ms, r.e2e_p50_s, r.tpot_mean_ms, r.errors, r.goodput_per_s,
+             (r.vllm_reported or {}).get("output_throughput"), (r.vllm_reported or {}).get("median_ttft_ms"),
+             (r.vllm_reported or {}).get("request_goodput"), r.load_avg_1m] for r in runs]
     number = lambda x: f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
     span = lambda pair: "-" if pair is None else f"{number(pair[0])}-{number(pair[1])}"
     pooled_rows = [[tool, p["runs"], p["output_tok_per_s"], span(p["output_tok_per_s_range"]), p["ttft_p50_ms"],
@@ -235,11 +247,14 @@ def report_text(runs: Sequence[TimedRun], comparison: Mapping[str, Any], setting
                    for tool, p in ((tool, comparison["pooled"][tool]) for tool in (OURS, THEIRS))]
     order = comparison["second_over_first"]
     sources = sorted({f"{k}: {v}" for r in runs if r.tool == THEIRS for k, v in r.sources.items()})
+    arrivals = ("all at once" if settings.get("request_rate", float("inf")) == float("inf") else
+                f"at {settings['request_rate']:g} req/s, burstiness {settings.get('burstiness', 1.0):g}"
+                + (f", SLO {settings['goodput']}" if settings.get("goodput") else ""))
     return "\n".join([
         (f"bench_vs_vllm: {context['machine']}; vLLM {server.get('vllm_version')} ({server.get('device')}), "
         f"model {server.get('model')}, max_num_seqs {settings['max_num_seqs']}; {settings['pairs']} pairs of "
-        f"{settings['requests']} requests x {settings['output_tokens']} output tokens, a warm-up burst of "
-        f"{settings['warm_requests']} x {settings['warm_output_tokens']} before each pair; "
+        f"{settings['requests']} requests x {settings['output_tokens']} output tokens sent {arrivals}, a warm-up "
+        f"burst of {settings['warm_requests']} x {settings['warm_output_tokens']} before each pair; "
         f"{context['wall_s']:.0f} s in all"), "",
         markdown_table(columns, rows), "",
         markdown_table(("tool", "runs", "pooled output tok/s", "min-max", "pooled TTFT p50 ms", "min-max", "errors"),

@@ -181,6 +181,35 @@ def test_the_text_report_names_the_machine_the_runs_and_where_vllms_numbers_came
     assert text.rstrip().endswith("came from: e2e: ttfts + sum(itls), per request")
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--request-rate", "0"], "rate must be a positive"), (["--burstiness", "-1"], "burstiness must be a positive"),
+    (["--goodput", "ttft:-5"], "ttft_ms must be a finite number of 0 or more")])
+def test_the_script_refuses_a_bad_rate_burstiness_or_slo_before_starting_anything(capsys, argv, message):
+    spec = importlib.util.spec_from_file_location("bench_vs_vllm_open_loop", ROOT / "scripts" / "bench_vs_vllm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as stopped:
+        script.main([*argv, "--out", "/nonexistent/never-written"])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_open_loop_run_counts_its_goodput_and_the_report_says_how_requests_were_sent():
+    from helpers.load.client import RequestRecord
+    from helpers.load.slo import SLO
+    from vllm_bench_results import with_goodput
+
+    records = [RequestRecord(index=i, ok=True, prompt_len=10, output_tokens=11, send_s=i, ttft_s=ttft, e2e_s=ttft + 1.0,
+                             done_s=i + ttft + 1.0) for i, ttft in enumerate((0.2, 0.4, 0.9, 0.3))]
+    run = with_goodput(TimedRun(OURS, 0, True, 8.0, 44, 5.5, 350.0), records, SLO.parse("ttft:500 tpot:200"))
+    assert run.goodput_per_s == pytest.approx(3 / 8.0)  # 0.9 s is over the TTFT limit; TPOT is 100 ms for all
+    assert with_goodput(TimedRun(OURS, 0, True, 8.0, 44, 5.5, 350.0), records, None).goodput_per_s is None
+    runs = runs_of([100] * 4, [100] * 4)
+    settings = {"max_num_seqs": 64, "pairs": 4, "requests": 640, "output_tokens": 256, "warm_requests": 64,
+                "warm_output_tokens": 32, "request_rate": 20.0, "burstiness": 0.5, "goodput": "ttft:500 tpot:50"}
+    text = report_text(runs, compare(runs), settings, {"machine": "m", "server": {}, "wall_s": 1.0})
+    assert "output tokens sent at 20 req/s, burstiness 0.5, SLO ttft:500 tpot:50, a warm-up" in text
+
+
 FAKE_CHILD = """import json, sys
 print({gate!r}, flush=True)
 if sys.stdin.readline().strip() == "go":

@@ -39,8 +39,8 @@ def arrival_times(num_requests: int, rate: float, burstiness: float = POISSON, s
 
     num_requests = validate.positive_int(num_requests, "num_requests")
     rate = _positive_or_inf(rate, "rate", "requests per second, e.g. 4.0 (inf: every request at once)")
-    burstiness = _positive_or_inf(burstiness, "burstiness",
-                                  "1.0 is a Poisson process, below 1 burstier, above 1 more even (inf: evenly spaced)")
+    burstiness = _positive_or_inf(burstiness, "burstiness", "the gaps' gamma shape: 1.0 a Poisson process, below 1 "
+                                  "burstier, above 1 more even (inf: evenly spaced)")
     if math.isinf(rate):
         return (0.0,) * num_requests
     if math.isinf(burstiness):
