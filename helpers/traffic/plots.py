@@ -5,7 +5,7 @@ Drawing only: every function takes :class:`~helpers.traffic.rates.RatePoint` obj
 computed from the points. Points that were not run are left out of the lines and named under the title.
 Taught in ``labs/02_serving_real_traffic.ipynb``.
 
-    >>> from helpers.traffic.rates import RatePoint
+    >>> from helpers.traffic.rates import RatePoint, measured_saturation
     >>> pts = [RatePoint("max_num_seqs=4", r, 1.0, 20, num_ok=20, arrival_rate=r, achieved_rate=min(r, 2.0),
     ...                  ttft_p50_s=t, ttft_p95_s=2 * t, tpot_p50_ms=40.0, tpot_p95_ms=60.0,
     ...                  queue_mean_s=q, prefill_mean_s=0.1)
@@ -27,7 +27,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from helpers.drawing import GENERATE_COLOR, WAIT_COLOR, setting_colors
-from helpers.traffic.rates import RatePoint
+from helpers.traffic.rates import RatePoint, measured_saturation
 from helpers.tuning.roofline import DecodeRoofline
 
 RATE_LABEL = "offered load (requests/s)"
@@ -60,13 +60,13 @@ def load_finding(points: Sequence[RatePoint]) -> str:
     growth, setting, low, high = best
     text = (f"{setting}: TTFT p95 {low.ttft_p95_s:.2g} s at {low.offered_rate:g} req/s, {high.ttft_p95_s:.2g} s at "
             f"{high.offered_rate:g} req/s ({growth:.0f}x)")
-    kept = [p.offered_rate for p in _measured(points)[setting] if p.keeps_up]
-    over = [p.offered_rate for p in _measured(points)[setting] if p.keeps_up is False]
-    if over:
-        below = [rate for rate in kept if rate < min(over)]
-        text += (f": it kept up at {max(below):g} req/s, not at {min(over):g}" if below else
-                 f": it fell behind from {min(over):g} req/s on")
-    elif kept:
+    seen = measured_saturation(points).get(setting)
+    if seen is None:
+        return text
+    if seen.first_not is not None:
+        text += (f": it kept up at {seen.last_kept_up:g} req/s, not at {seen.first_not:g}"
+                 if seen.last_kept_up is not None else f": it fell behind from {seen.first_not:g} req/s on")
+    elif seen.last_kept_up is not None:
         text += ": it kept up at every rate"
     return text
 
