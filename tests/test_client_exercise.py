@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.lab.client_exercise import compare_clients, run_learner_client
+from helpers.lab.client_exercise import THROUGHPUT_TOLERANCE, compare_clients, run_learner_client
 from tests.real_server import server_fixture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,11 +60,11 @@ def runs(server, course, send_one):
 def test_the_solution_is_accounted_for_and_measures_what_the_course_does(server, course):
     learner, course = runs(server, course, solution())
     check = compare_clients(learner, course)
-    assert check.accounted and check.same_tokens and not check.first_is_last and not check.one_at_a_time, [
-        r.error for r in learner.records]
-    # the learner-facing tolerances (15% / 25%) hold on a quiet machine; under a test suite's load, a sanity band
-    assert 0.5 < check.throughput_ratio < 2 and 0.5 < check.ttft_ratio < 2, check.describe()
-    assert all(0 < r.ttft_s < r.e2e_s for r in learner.records)
+    # held against its own run (vLLM's metrics, the harness's clock), not the course's: it passes under load too
+    assert check.passed, (check.describe(), [r.error for r in learner.run.records])
+    assert learner.server_tokens == sum(r.output_tokens for r in learner.run.records)
+    assert all(0 < r.ttft_s < r.e2e_s for r in learner.run.records)
+    assert "Beside the course's tester" in check.describe()
 
 
 def test_a_client_that_sends_one_request_at_a_time_does_not_pass(server, course):
@@ -80,7 +80,32 @@ def test_a_client_that_times_the_first_token_after_the_stream_does_not_pass(serv
     assert "inside the loop over the stream" in check.describe()
 
 
+async def ends_at_the_first_token(client, model, prompt, max_tokens):
+    record = await solution()(client, model, prompt, max_tokens)
+    return {**record, "end": record["first_token"] + 1e-3}  # the clock stopped a moment after the first token
+
+
+def test_a_client_that_stops_its_clock_early_does_not_pass(server):
+    from helpers.load.workload import build_workload
+
+    # 32 tokens: enough decode after the first token that stopping there shortens the run well past the tolerance
+    workload = build_workload(server, num_requests=4, output_tokens=32)
+    check = compare_clients(asyncio.run(run_learner_client(ends_at_the_first_token, server, workload)))
+    assert check.accounted and check.throughput_ratio > 1 + THROUGHPUT_TOLERANCE and not check.passed
+    assert check.describe().startswith("Not yet")
+
+
+async def ttft_from_the_response(client, model, prompt, max_tokens):
+    record = await solution()(client, model, prompt, max_tokens)
+    return {**record, "first_token": record["send"] + 0.1 * (record["first_token"] - record["send"])}
+
+
+def test_a_client_whose_first_token_time_is_not_the_first_token_does_not_pass(server, course):
+    check = compare_clients(*runs(server, course, ttft_from_the_response))
+    assert check.ttft_mean_s < check.server_ttft_mean_s and not check.ttft_agrees and not check.passed
+
+
 def test_a_client_that_raises_becomes_failed_records_that_say_why(server, course):
     learner, course = runs(server, course, raises)
-    assert all(not r.ok and "send_one raised RuntimeError: not written yet" in r.error for r in learner.records)
+    assert all(not r.ok and "send_one raised RuntimeError: not written yet" in r.error for r in learner.run.records)
     assert compare_clients(learner, course).describe().startswith("Not yet")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from helpers.feedback import Hints
-from helpers.lab.client_exercise import ClientCheck, compare_clients, run_learner_client
+from helpers.lab.client_exercise import ClientCheck, LearnerRun, compare_clients, run_learner_client
 from helpers.lab.naive import NaiveComparison, compare_naive, naive_run
 from helpers.lab.table import format_table, runs_table
 from helpers.load.run import LoadTestRun, run_load_test
@@ -44,7 +44,7 @@ class SmallLoads:
     """What :func:`serve_small_loads` measured on one server."""
 
     course: LoadTestRun  # the course's load tester
-    learner: LoadTestRun | None  # the learner's send_one on the same shape; None while it is not written
+    learner: LearnerRun | None  # the learner's send_one on the same shape; None while it is not written
     naive_workload: Workload  # the requests the generate() loop will serve
     naive_vllm: LoadTestRun  # vLLM serving them, all at once
     dtype: str  # the server's, which the loop uses too
@@ -58,7 +58,7 @@ class SmallLoads:
         """The two clients side by side and the verdict, or what to do first."""
         runs, names = [self.course], ["the course's load tester"]
         if self.learner is not None:
-            runs, names = [self.course, self.learner], [*names, "your client"]
+            runs, names = [self.course, self.learner.run], [*names, "your client"]
         table = format_table([replace(row, run=name) for row, name in zip(runs_table(runs), names)], _COLUMNS)
         if self.learner is None:
             return ("✏️ Not yet: `send_one` still raises NotImplementedError. Write its body (the hints are above), "
