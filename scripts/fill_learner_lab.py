@@ -1,14 +1,14 @@
-"""Write the learner's lab with the worked answers filled in: the copy CI validates end to end.
+"""Write a learner lab with the worked answers filled in: the copy CI validates end to end.
 
-The learner version (``labs/learner/``) runs unanswered: every check prints "not yet". This script
+The learner version (``labs/learner/<lab>.ipynb``) runs unanswered: every check prints "not yet". This script
 puts the solutions in, so that nbval on its output proves the checks accept correct work, on the
 learner's own run: the ``answer = None`` cells get, in order, the Python blocks under the
 numbered headings ("## N · ...") of ``docs/solutions/<lab>.md`` (a question with two answer
-cells has two blocks); ``send_one`` gets ``docs/solutions/lab_client.py``;
+cells has two blocks); ``send_one``, in a lab that has it (lab 1), gets ``docs/solutions/lab_client.py``;
 a prediction (``my_guess = None``) gets a number. A solution that no longer matches the notebook
 (a question without a solution block, a cell that moved) stops the script with what to fix.
 
-    .venv/bin/python scripts/fill_learner_lab.py [--out build/filled]
+    .venv/bin/python scripts/fill_learner_lab.py [--lab 01_concurrency_lab | 02_serving_real_traffic] [--out build/filled]
 """
 
 from __future__ import annotations
@@ -21,11 +21,19 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / "labs" / "learner" / "01_concurrency_lab.ipynb"
+LEARNER = ROOT / "labs" / "learner"
 SOLUTIONS = ROOT / "docs" / "solutions"
+CLIENT = SOLUTIONS / "lab_client.py"
+DEFAULT_LAB = "01_concurrency_lab"
 ANSWER_CELL = re.compile(r"^answer = None\b", re.M)
 GUESS_CELL = re.compile(r"^my_guess = None\b", re.M)
 CLIENT_CELL = "async def send_one("
+GUESS = 5  # any positive number: a prediction is compared with the run, never graded
+
+
+def labs() -> list[str]:
+    """The learner labs that have a solutions file, e.g. ``["01_concurrency_lab", "02_serving_real_traffic"]``."""
+    return sorted(path.stem for path in LEARNER.glob("*.ipynb") if (SOLUTIONS / f"{path.stem}.md").is_file())
 
 
 def solution_blocks(markdown: str) -> list[str]:
@@ -36,7 +44,9 @@ def solution_blocks(markdown: str) -> list[str]:
     return blocks
 
 
-def filled(notebook: nbformat.NotebookNode, blocks: list[str], client: str) -> nbformat.NotebookNode:
+def filled(notebook: nbformat.NotebookNode, blocks: list[str], client: str | None = None, *,
+           solutions: str = "docs/solutions") -> nbformat.NotebookNode:
+    """``notebook`` with its answer cells, prediction and (where it has one) ``send_one`` cell filled in."""
     answers = 0
     for cell in notebook.cells:
         if cell.cell_type != "code":
@@ -49,24 +59,39 @@ def filled(notebook: nbformat.NotebookNode, blocks: list[str], client: str) -> n
             cell.source = re.sub(r"^answer = None.*$", lambda _: blocks[answers - 1].rstrip(), cell.source,
                                  count=1, flags=re.M)
         elif GUESS_CELL.search(cell.source):
-            cell.source = GUESS_CELL.sub("my_guess = 5", cell.source, count=1)
+            cell.source = GUESS_CELL.sub(f"my_guess = {GUESS}", cell.source, count=1)
         elif CLIENT_CELL in cell.source:
+            if client is None:
+                raise SystemExit("this lab has a `send_one` cell but no client solution was given")
             cell.source = client
     if answers != len(blocks):
-        raise SystemExit(f"{len(blocks)} solution blocks in docs/solutions for {answers} answer cells in the lab: "
+        raise SystemExit(f"{len(blocks)} solution blocks in {solutions} for {answers} answer cells in the lab: "
                          "they disagree; give every `answer = None` cell one block, in order")
     return notebook
 
 
+def fill(lab: str = DEFAULT_LAB) -> nbformat.NotebookNode:
+    """The learner version of ``lab`` (a file stem under ``labs/learner/``) with ``docs/solutions/<lab>.md`` in it."""
+    path, solutions = LEARNER / f"{lab}.ipynb", SOLUTIONS / f"{lab}.md"
+    for needed in (path, solutions):
+        if not needed.is_file():
+            raise SystemExit(f"no {needed.relative_to(ROOT)}: labs with both a learner version and solutions: "
+                             + ", ".join(labs()))
+    notebook = nbformat.read(path, as_version=4)
+    return filled(notebook, solution_blocks(solutions.read_text()), CLIENT.read_text(),
+                  solutions=str(solutions.relative_to(ROOT)))
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lab", default=DEFAULT_LAB,
+                        help=f"the lab's file stem under labs/learner/ (default {DEFAULT_LAB}; with solutions: "
+                             + ", ".join(labs()) + ")")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "filled")
     args = parser.parse_args(argv)
-    notebook = nbformat.read(LAB, as_version=4)
-    blocks = solution_blocks((SOLUTIONS / "01_concurrency_lab.md").read_text())
-    notebook = filled(notebook, blocks, (SOLUTIONS / "lab_client.py").read_text())
+    notebook = fill(args.lab.removesuffix(".ipynb"))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / LAB.name
+    path = args.out / f"{args.lab.removesuffix('.ipynb')}.ipynb"
     nbformat.write(notebook, path)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
