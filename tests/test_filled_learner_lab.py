@@ -1,8 +1,9 @@
-"""The learner's lab with the worked answers filled in (scripts/fill_learner_lab.py), run on the real server.
+"""The learner labs with the worked answers filled in (scripts/fill_learner_lab.py), run on the real server.
 
-The unanswered lab shows "not yet" everywhere (the instructor version runs that way under nbval); this
-copy proves the other half: with docs/solutions' answers, every check accepts the learner's own run,
-the learner's client passes (held against vLLM's view of its own run), and the naive loop is measured.
+The unanswered labs show "not yet" everywhere (the instructor versions run that way under nbval); these
+copies prove the other half: with docs/solutions' answers, every check accepts the learner's own run and no
+cell fails. Lab 1: the learner's client passes (held against vLLM's view of its own run) and the naive loop is
+measured. Lab 2: the saturation rate and the faster setting at light load are accepted on the learner's sweep.
 """
 
 from __future__ import annotations
@@ -17,23 +18,27 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from fill_learner_lab import filled, solution_blocks  # noqa: E402  (a script, not a package)
+from fill_learner_lab import fill, filled, solution_blocks  # noqa: E402  (a script, not a package)
 
 CLIENT = (ROOT / "docs" / "solutions" / "lab_client.py").read_text()
+LABS = ("01_concurrency_lab", "02_serving_real_traffic")
+VERDICT = re.compile(r"^(✅|❌|✏️).*$", re.M)  # helpers.feedback: ✅ right, ❌ wrong, ✏️ not answered
 
 
-def lab() -> nbformat.NotebookNode:
-    return nbformat.read(ROOT / "labs" / "learner" / "01_concurrency_lab.ipynb", as_version=4)
+def lab(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "labs" / "learner" / f"{name}.ipynb", as_version=4)
 
 
-def test_every_answer_cell_gets_a_solution_and_a_missing_one_is_named():
-    blocks = solution_blocks((ROOT / "docs" / "solutions" / "01_concurrency_lab.md").read_text())
-    notebook = filled(lab(), blocks, CLIENT)
+@pytest.mark.parametrize("name", LABS)
+def test_every_answer_cell_gets_a_solution_and_a_missing_one_is_named(name):
+    blocks = solution_blocks((ROOT / "docs" / "solutions" / f"{name}.md").read_text())
+    notebook = filled(lab(name), blocks, CLIENT)
     code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
     assert not re.search(r"^(answer|my_guess) = None", code, re.M)
-    assert "raise NotImplementedError" not in code and "async def send_one" in code
+    assert "raise NotImplementedError" not in code
+    assert ("async def send_one" in code) == (name == "01_concurrency_lab")  # lab 2 has no client to write
     with pytest.raises(SystemExit, match="they disagree"):
-        filled(lab(), blocks[:-1], CLIENT)
+        filled(lab(name), blocks[:-1], CLIENT)
 
 
 def shown(cell: nbformat.NotebookNode) -> str:
@@ -46,18 +51,35 @@ def shown(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-@pytest.mark.server
-@pytest.mark.usefixtures("no_server_left_behind")
-def test_the_filled_lab_passes_every_check_on_its_own_run(tmp_path):
+def run_filled(name: str) -> tuple[dict[str, str], list[str]]:
+    """Execute the filled learner lab (a cell that raises fails the test: nbclient's CellExecutionError);
+    each code cell's shown text by cell id, and every verdict line the checks printed, in order."""
     from nbclient import NotebookClient
 
-    blocks = solution_blocks((ROOT / "docs" / "solutions" / "01_concurrency_lab.md").read_text())
-    notebook = filled(lab(), blocks, CLIENT)
+    notebook = fill(name)
     NotebookClient(notebook, timeout=900, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT / "labs" / "learner")}}).execute()
     outputs = {cell.get("id"): shown(cell) for cell in notebook.cells if cell.cell_type == "code"}
-    marks = re.findall(r"^(✅|❌|✏️).*$", "\n".join(outputs.values()), re.M)
-    verdicts = re.findall(r"^(?:✅|❌|✏️).*$", "\n".join(outputs.values()), re.M)
-    assert marks == ["✅"] * 9, verdicts  # the nine answer cells of questions 1-8
+    return outputs, VERDICT.findall("\n".join(outputs.values()))  # the group: each line's mark
+
+
+def verdict_lines(outputs: dict[str, str]) -> list[str]:
+    return [m.group(0) for m in VERDICT.finditer("\n".join(outputs.values()))]
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+def test_the_filled_lab_passes_every_check_on_its_own_run():
+    outputs, marks = run_filled("01_concurrency_lab")
+    assert marks == ["✅"] * 9, verdict_lines(outputs)  # the nine answer cells of questions 1-8
     assert "Your client measures what happened" in outputs["your-client-check"], outputs["your-client-check"]
     assert re.search(r"a generate\(\) loop took .* the throughput", outputs["naive-run"])
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+def test_the_filled_lab_2_passes_every_check_on_its_own_run():
+    outputs, marks = run_filled("02_serving_real_traffic")
+    assert marks == ["✅"] * 2, verdict_lines(outputs)  # question 1 (saturation rate) and 2 (faster at light load)
+    assert "✅ saturation rate: correct" in outputs["q1"], outputs["q1"]
+    assert "✅ faster per request at light load: correct" in outputs["q2"], outputs["q2"]
