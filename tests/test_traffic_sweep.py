@@ -1,6 +1,7 @@
 """A request-rate sweep (helpers.traffic.sweep) against one real CPU server: every request accounted for, the file
-it saves reloads, the time bound marks a rate not run, and a server killed mid-sweep keeps the rates measured
-before it and marks the rest not run.
+it saves reloads, the time bound marks a rate not run, `vllm bench serve` at one rate reads into the same figures
+(helpers.traffic.vllm_bench), and a server killed mid-sweep keeps the rates measured before it and marks the rest
+not run.
 
 One server start (20-60 s on a 2-core CPU) and about twenty short requests (16- and 64-token prompts, 8 tokens
 out). The kill is the last test: it ends the module's server.
@@ -64,6 +65,34 @@ def test_a_rate_that_would_pass_the_time_limit_is_not_started(server):
     assert [p.status for p in points] == ["ok", "not run: time bound"]
     assert points[0].num_requests == 6 == points[0].num_ok and points[1].num_requests == 12
     assert time.monotonic() - began < 11 + 5  # the limit, and a scrape or two
+
+
+def test_vllm_bench_serve_at_one_rate_reads_into_the_course_figures_beside_its_own(server, tmp_path):
+    from helpers.traffic.vllm_bench import bench_at_rate, beside_vllm_bench
+
+    bench = asyncio.run(bench_at_rate(server, 2.0, num_requests=4, slo="ttft:60000", prompt_lens=(16, 64),
+                                      output_tokens=8, folder=tmp_path, timeout_s=240))
+    point = bench.point
+    assert point.num_requests == 4 == point.num_ok and point.offered_rate == 2.0
+    assert point.output_tok_per_s == pytest.approx(32 / point.wall_s)  # 4 x 8 tokens, the course's definition
+    assert bench.reported["completed"] == 4 and bench.reported["total_output_tokens"] == 32
+    assert point.queue_mean_s is not None and point.prefill_mean_s is not None  # from the server's /metrics
+    assert point.goodput_per_s == pytest.approx(4 / point.wall_s)  # a one-minute TTFT limit: every request good
+    table = beside_vllm_bench(point, bench)  # the course's column here is vLLM's run again: both columns agree
+    assert "| output tokens/s |" in table and "Median TTFT (ms)" in table and "n/a | n/a | n/a" not in table
+    row = next(line for line in table.splitlines() if line.startswith("| TTFT p50"))
+    assert row.split("|")[2] == row.split("|")[3]
+
+
+@pytest.mark.parametrize("bad, says", [({"rate": 0}, "each rate"), ({"burstiness": -1}, "burstiness"),
+                                       ({"slo": 500}, "which latency"), ({"num_requests": 0}, "num_requests")])
+def test_vllm_bench_refuses_bad_input_before_it_starts(tmp_path, bad, says):
+    from helpers.traffic.vllm_bench import bench_at_rate
+
+    args = {"rate": 1.0, "num_requests": 4, **bad}
+    with pytest.raises(ValueError, match=says):
+        asyncio.run(bench_at_rate(object(), args.pop("rate"), folder=tmp_path, **args))
+    assert not any(tmp_path.iterdir())  # nothing written, nothing sent
 
 
 def test_a_server_killed_mid_sweep_keeps_the_rates_measured_and_marks_the_rest_not_run(server, tmp_path):

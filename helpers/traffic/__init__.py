@@ -9,4 +9,7 @@ Modules (each listed as it lands):
   and by simulation, and which term explains a measured one (pure);
 - ``plots``: latency and completions against offered load, TTFT split into queue, prefill and the rest, and
   the measured decode step against the memory-bandwidth roofline (drawing);
+- ``vllm_bench``: `vllm bench serve` at one rate on the lab's server, read into the same figures as the course's (I/O);
+- ``bench_file``: `vllm bench serve` result files of vLLM 0.26 and 0.32 read as the course's records (pure);
+- ``vllm_cli``: vLLM's CLI run from Python on either build (``python -m helpers.traffic.vllm_cli bench serve``).
 """

@@ -79,7 +79,7 @@ async def sweep_rates(
     In a notebook ``points = await sweep_rates(...)``; in a script ``asyncio.run(sweep_rates(...))``.
     """
     rates = check_rates(rates, burstiness)
-    slo = _check_slo(slo)
+    slo = check_slo(slo)
     time_limit_s = validate.positive_number(time_limit_s, "time_limit_s", unit="seconds",
                                             hint="It bounds the whole sweep, e.g. 360 for six minutes.")
     request_timeout_s = validate.positive_number(request_timeout_s, "request_timeout_s", unit="seconds")
@@ -176,7 +176,8 @@ def check_rates(rates: Any, burstiness: Any) -> tuple[float, ...]:
     return tuple(checked)
 
 
-def _check_slo(slo: Any) -> SLO | None:
+def check_slo(slo: Any) -> SLO | None:
+    """``slo`` as an :class:`~helpers.load.slo.SLO` (None stays None); text is read in vLLM's spelling."""
     if slo is None or isinstance(slo, SLO):
         return slo
     if isinstance(slo, str):

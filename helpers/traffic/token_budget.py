@@ -110,11 +110,12 @@ def describe_budgets(points: Sequence[RatePoint]) -> str:
     setting                        TTFT p50 / p95 s   ITL p50 / p95 ms
     max_num_batched_tokens=64          0.50 /  2.00      40.0 /   60.0
     """
-    lines = [f"{'setting':<30}{'TTFT p50 / p95 s':>17}{'ITL p50 / p95 ms':>19}"]
+    width = max([30, *(len(p.setting) + 2 for p in points)])  # "(default)" labels are longer
+    lines = [f"{'setting':<{width}}{'TTFT p50 / p95 s':>17}{'ITL p50 / p95 ms':>19}"]
     for p in points:
         if p.ttft_p50_s is None or p.itl_p50_ms is None:
-            lines.append(f"{p.setting:<30}   {p.status}")
+            lines.append(f"{p.setting:<{width}}   {p.status}")
         else:
-            lines.append(f"{p.setting:<30}{p.ttft_p50_s:>9.2f} / {p.ttft_p95_s:>5.2f}"
+            lines.append(f"{p.setting:<{width}}{p.ttft_p50_s:>9.2f} / {p.ttft_p95_s:>5.2f}"
                          f"{p.itl_p50_ms:>10.1f} / {p.itl_p95_ms:>6.1f}")
     return "\n".join(lines)
