@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
+import re
 import signal
 import subprocess
 import time
@@ -57,6 +58,7 @@ from helpers.serve.preflight import port_free
 FIRST_PORT = 30000  # vllm-router's own default port; later routers take the next free one
 STOP_GRACE_S = 5.0  # the router exits within a second of SIGTERM
 INSTALL_HINT = "pip install vllm-router==0.1.17"
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _LIVE: set[VLLMRouter] = set()  # routers this process started and has not stopped yet
 
 # (cause, pattern in the router's log, advice); the first match wins
@@ -120,7 +122,9 @@ class VLLMRouter(ServerAccess):
         return self.process is not None and self.process.poll() is None
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        """The router's log so far, without the terminal colours vllm-router writes even to a file."""
+        text = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        return ANSI_COLOUR.sub("", text)
 
     def __enter__(self) -> VLLMRouter:
         return self.start() if self.process is None else self
@@ -210,8 +214,6 @@ class VLLMRouter(ServerAccess):
         return self.model_name in names and process.listens_on(self.process.pid, self.port)
 
     def _fail(self, what: str, timeout: bool = False) -> None:
-        import re
-
         text = self.log_text()
         cause, advice = "router failed", "Read the router's log below for the reason."
         for label, pattern, hint in _CAUSES:
