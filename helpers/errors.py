@@ -33,6 +33,10 @@ class PortInUseError(CourseError):
     """Another process already listens on the port the server was to use."""
 
 
+class RouterNotInstalledError(CourseError):
+    """vLLM's router (PyPI ``vllm-router``) is not installed; the message says how to install it."""
+
+
 class ModelNotAvailableError(CourseError):
     """The model cannot be found, fetched or prepared."""
 

@@ -11,7 +11,12 @@ and each student, with the same key in their own ``VLLM_COURSE_API_KEY``::
     from helpers.serve.classroom import connect
     server = connect("http://<instructor's address>:8000")
 
-The server binds 127.0.0.1 unless ``--host`` names another interface. An API key is always
+For a larger class on a machine that holds several servers, ``--replicas N`` starts N servers on
+127.0.0.1 and vLLM's router (``vllm-router``, cache-aware policy) in front of them on ``--host`` and
+``--port``: students connect to the router exactly as to one server, with the same key, and only the
+router faces the network (see ``helpers.route``).
+
+The server (or the router) binds 127.0.0.1 unless ``--host`` names another interface. An API key is always
 required; it is read from an environment variable (``--api-key-env``, default
 VLLM_COURSE_API_KEY), passed to vLLM through its environment (not its command line, which
 ``ps`` shows to every user), and never printed or written in full: this script shows its last
@@ -50,6 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kv-cache-space-gib", type=float, default=None, help="KV pool size (CPU default 2 GiB)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=None)
     parser.add_argument("--dtype", default=None, help="e.g. half on a T4, which has no bf16")
+    parser.add_argument("--replicas", type=int, default=1, metavar="N",
+                        help="N servers on 127.0.0.1 behind vllm-router's cache-aware router on --host/--port "
+                             "(default 1: one server, no router)")
     return parser.parse_args(argv)
 
 
@@ -75,10 +83,16 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    from helpers.serve.server import start_server
-
+    if args.replicas < 1:
+        print(f"error: --replicas is a number of servers, 1 or more; got {args.replicas}.", file=sys.stderr)
+        return 2
     # SIGTERM (e.g. from a process manager) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.replicas > 1:
+        return serve_replicas(args, config, key)
+
+    from helpers.serve.server import start_server
+
     try:
         with start_server(config) as server:
             urls = student_urls(args.host, server.port)
@@ -99,6 +113,44 @@ def main(argv: list[str]) -> int:
             return 1
     except KeyboardInterrupt:
         print("\nclassroom server stopped", flush=True)
+        return 0
+    except CourseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def serve_replicas(args: argparse.Namespace, config: ServerConfig, key: str) -> int:
+    """``--replicas N``: N keyed servers on 127.0.0.1, the router on ``--host``/``--port`` with the same key."""
+    from dataclasses import replace
+
+    from helpers.route.replicas import start_replicas
+    from helpers.route.router import start_router
+
+    try:
+        with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None)) as replicas, \
+                start_router(replicas, policy="cache_aware", host=args.host, port=args.port) as router:
+            urls = student_urls(args.host, router.port)
+            print(f"\nclassroom server ready: {urls[0]} serves {router.model_name!r}", flush=True)
+            for other in urls[1:]:
+                print(f"  also reachable at {other}")
+            print(f"vllm-router ({router.policy}) in front of {len(replicas)} replicas: {', '.join(replicas.urls)}")
+            print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
+            print(f"router log: {router.log_path}")
+            for server in replicas:
+                print(f"replica log: {server.log_path}")
+            print("\nStudents, in the shell that starts Jupyter:  export VLLM_COURSE_API_KEY=<the key>\n"
+                  "then in a notebook:\n"
+                  "    from helpers.serve.classroom import connect\n"
+                  f'    server = connect("{urls[0]}")\n'
+                  "\nCtrl-C stops the router and every replica.", flush=True)
+            while router.is_running() and all(replicas.is_running()):
+                time.sleep(1.0)
+            down = [server.url for server in replicas if not server.is_running()]
+            what = f"replica(s) {', '.join(down)} stopped" if down else f"the router exited (code {router.process.returncode})"
+            print(f"error: {what} on its own; see the logs above. Everything else is stopped now.", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        print("\nclassroom server stopped (router and replicas)", flush=True)
         return 0
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)

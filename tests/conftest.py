@@ -11,7 +11,8 @@ os.environ["VLLM_COURSE_TEST_SESSION"] = SESSION_TAG
 
 
 def vllm_processes() -> list[psutil.Process]:
-    """vLLM processes (api_server and its engine children) started by this test session.
+    """vLLM processes (api_server and its engine children, and vllm-router as helpers.route runs it)
+    started by this test session.
 
     The engine retitles itself (VLLM::EngineCore), which overwrites its environment as /proc shows
     it: it is found as a member of its API server's session instead."""
@@ -22,7 +23,7 @@ def vllm_processes() -> list[psutil.Process]:
         cmdline = " ".join(proc.info["cmdline"] or [])
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if "vllm.entrypoints.openai.api_server" not in cmdline and "VLLM" not in cmdline:
+        if not any(mark in cmdline for mark in ("vllm.entrypoints.openai.api_server", "VLLM", "helpers.route._launch")):
             continue
         try:
             if proc.environ().get("VLLM_COURSE_TEST_SESSION") == SESSION_TAG:

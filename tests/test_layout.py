@@ -14,7 +14,7 @@ import pytest
 HELPERS = Path(__file__).resolve().parent.parent / "helpers"
 # Rooms in order: a room may use the shared top level and the rooms before it, never a later one.
 # ``load`` (the one client and poller) comes first: every chapter's room sends requests through it.
-ROOMS = ("load", "serve", "paged", "batching", "tuning", "lab", "traffic")
+ROOMS = ("load", "serve", "paged", "batching", "tuning", "lab", "traffic", "route")
 MAX_LINES = 300
 DRAWING = ("matplotlib", "ipywidgets", "IPython.display")
 IO = ("urllib", "httpx", "openai", "subprocess", "psutil", "socket", "signal")

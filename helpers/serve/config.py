@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import ipaddress
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -57,6 +58,7 @@ DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": 
           "float32": "float32", "float": "float32"}
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment variables shown as <hidden>
 HIDDEN = "<hidden>"
+CORE_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")  # what VLLM_CPU_OMP_THREADS_BIND takes for one engine
 KEY_GUARD = "helpers.serve.key_guard.RequireKeyEverywhere"  # the key on every route, not only /v1
 
 
@@ -80,6 +82,9 @@ class ServerConfig:
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 300.0
     log_dir: Path | None = None  # None: build/server-logs in the course folder
+    # CPU: the cores the model worker binds (VLLM_CPU_OMP_THREADS_BIND), e.g. "1" or "0-3"; None: every
+    # core. Replicas sharing one machine each get their own (helpers.route.replicas).
+    cpu_cores: str | None = None
 
     def __post_init__(self) -> None:
         _check_positive_int("max_model_len", self.max_model_len)
@@ -106,6 +111,8 @@ class ServerConfig:
             raise ConfigError(f"startup_timeout_s must be positive, got {self.startup_timeout_s!r}.")
         if isinstance(self.extra_args, (str, bytes)):
             raise ConfigError("extra_args is a sequence of separate arguments, e.g. ('--seed', '0').")
+        if self.cpu_cores is not None and not (isinstance(self.cpu_cores, str) and CORE_LIST.fullmatch(self.cpu_cores)):
+            raise ConfigError(f"cpu_cores is a list of cores like '0', '1-3' or '0,2', got {self.cpu_cores!r}.")
         check_extra_args(self.extra_args, self.api_key)  # no flag the helper sets, no key on argv
         if not _is_loopback(self.host) and not self.api_key:
             raise ConfigError(
@@ -182,6 +189,8 @@ def build_launch(
     if load_format is not None:
         argv += ["--load-format", load_format]
     env = dict(device_env(device) if machine_env is None else machine_env)
+    if device == "cpu" and config.cpu_cores is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = config.cpu_cores
     kv_gib = config.kv_cache_space_gib
     if device == "cpu":
         # -O0 and the "uni" executor: see the module docstring and helpers.serve.engine_env.

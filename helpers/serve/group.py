@@ -26,6 +26,7 @@ import psutil
 
 CORE_TITLE = "VLLM::"  # vLLM titles its engine and worker processes VLLM::EngineCore, VLLM::Worker_...
 TRACKER_MARK = "multiprocessing.resource_tracker"
+ROUTER_MARK = "helpers.route._launch"  # vLLM's router as the course runs it (helpers.route.router)
 TRACKER_S = 3.0  # the resource tracker exits within a second of the last holder's exit
 KILL_WAIT_S = 5.0
 
@@ -62,7 +63,7 @@ def members(session: int) -> list[psutil.Process]:
 
 
 def name_of(proc: psutil.Process) -> str:
-    """``api_server``, ``VLLM::EngineCore``, ``resource_tracker``, or the program's name."""
+    """``api_server``, ``VLLM::EngineCore``, ``resource_tracker``, ``vllm-router``, or the program's name."""
     try:
         cmdline = proc.cmdline()
     except psutil.Error:
@@ -74,6 +75,8 @@ def name_of(proc: psutil.Process) -> str:
         return "api_server"
     if TRACKER_MARK in text:
         return "resource_tracker"
+    if ROUTER_MARK in text:
+        return "vllm-router"
     return Path(cmdline[0]).name if cmdline else f"pid {proc.pid}"
 
 

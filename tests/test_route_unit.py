@@ -1,0 +1,125 @@
+"""The route room without a server: every refusal says what to do, and the key never reaches the router's command.
+
+Nothing here starts vLLM or the router: each check fails before a process would be launched.
+The real router in front of real replicas: tests/test_route_real.py.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from helpers.errors import ConfigError, NotEnoughMemoryError, PortInUseError, RouterNotInstalledError
+from helpers.load.prometheus import MetricsSample
+from helpers.route import router as router_module
+from helpers.route.command import POLICIES, build_router_launch, check_policy
+from helpers.route.replicas import check_replica_memory, replica_cores, start_replicas
+from helpers.route.router import VLLMRouter
+from helpers.route.spread import _page, describe_shares, replica_shares
+from helpers.serve.config import ServerConfig, build_launch
+
+URL = "http://127.0.0.1:8000"
+KEY = "s3cret-classroom-key-123"
+
+
+def test_a_policy_vllm_router_does_not_have_is_refused_naming_the_ones_it_has():
+    with pytest.raises(ConfigError) as error:
+        VLLMRouter([URL], policy="least_loaded", model_name="smollm2")
+    assert "least_loaded" in str(error.value) and "round_robin, random, cache_aware" in str(error.value)
+
+
+def test_kv_aware_is_refused_with_the_reason_the_course_cannot_serve_it():
+    with pytest.raises(ConfigError, match="KV-cache events over ZMQ"):
+        check_policy("kv_aware")
+
+
+def test_the_offered_policies_are_named_as_vllm_router_names_them():
+    from vllm_router.router import policy_from_str  # the installed router's own table
+
+    for name in POLICIES:
+        assert policy_from_str(name) is not None
+
+
+def test_an_empty_replica_list_is_refused_saying_how_to_start_replicas():
+    with pytest.raises(ConfigError, match=r"at least one replica.*start_replicas\(2\)"):
+        VLLMRouter([], model_name="smollm2")
+
+
+def test_a_replica_that_is_not_a_url_is_refused():
+    with pytest.raises(ConfigError, match="is not a replica URL"):
+        VLLMRouter(["127.0.0.1:8000"], model_name="smollm2")
+
+
+def test_a_router_open_to_the_network_without_a_key_is_refused():
+    with pytest.raises(ConfigError, match="expose the router beyond this machine"):
+        VLLMRouter([URL], host="0.0.0.0", model_name="smollm2")
+
+
+def test_replicas_given_as_urls_need_the_model_name():
+    with pytest.raises(ConfigError, match="model_name="):
+        VLLMRouter([URL])
+
+
+def test_a_missing_vllm_router_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(router_module.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RouterNotInstalledError, match=r"pip install vllm-router==0\.1\.17"):
+        VLLMRouter([URL], model_name="smollm2").start(quiet=True)
+
+
+def test_a_port_in_use_is_refused_before_the_router_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        router = VLLMRouter([URL], model_name="smollm2", port=port)
+        with pytest.raises(PortInUseError, match=f"Port {port} on 127.0.0.1 is already in use"):
+            router.start(quiet=True)
+    assert router.process is None
+
+
+def test_the_key_goes_to_the_router_through_its_environment_never_its_command_line():
+    launch = build_router_launch([URL], "cache_aware", host="0.0.0.0", port=30000, metrics_port=30001, api_key=KEY)
+    assert launch.env == {"VLLM_COURSE_ROUTER_API_KEY": KEY}
+    assert not any(KEY in word for word in launch.argv) and KEY not in repr(launch)
+    router = VLLMRouter([URL], model_name="smollm2", api_key=KEY)
+    assert KEY not in repr(router) and router.api_key == KEY
+
+
+def test_two_replicas_on_two_cores_get_one_core_each_and_more_replicas_than_cores_are_refused():
+    assert replica_cores(2, [0, 1]) == ["0", "1"]
+    assert replica_cores(3, [0, 1, 2, 3, 4, 5, 6]) == ["0-1", "2-3", "4-5"]
+    with pytest.raises(ConfigError, match="3 replicas need at least 3 cores"):
+        replica_cores(3, [0, 1])
+
+
+def test_a_replicas_cores_become_vllms_omp_binding():
+    launch = build_launch(ServerConfig(port=8000, cpu_cores="1"), device="cpu", model="m", served_name="m")
+    assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    with pytest.raises(ConfigError, match="cpu_cores is a list of cores"):
+        ServerConfig(cpu_cores="one")
+
+
+def test_more_replicas_than_memory_holds_are_refused_before_any_starts():
+    with pytest.raises(NotEnoughMemoryError, match="at most 2 fit"):
+        check_replica_memory(3, 2.0, 10.0)
+    with pytest.raises(NotEnoughMemoryError, match="replicas need about"):
+        start_replicas(2, kv_cache_space_gib=4096, quiet=True)  # this machine's real free memory
+
+
+def test_replicas_choose_their_own_ports_and_listen_on_loopback_only():
+    with pytest.raises(ConfigError, match="leave port unset"):
+        start_replicas(2, port=8000)
+    with pytest.raises(ConfigError, match="through the router"):
+        start_replicas(2, host="0.0.0.0", api_key=KEY)
+    with pytest.raises(ConfigError, match="positive integer"):
+        start_replicas(0)
+
+
+def test_the_spread_counts_each_replicas_requests_and_prefix_hits_between_two_scrapes():
+    before = [MetricsSample.from_text(_page(3, 100, 0)), MetricsSample.from_text(_page(0, 0, 0))]
+    after = [MetricsSample.from_text(_page(9, 3172, 2560)), MetricsSample.from_text(_page(0, 0, 0))]
+    busy, idle = replica_shares(["http://a", "http://b"], before, after)
+    assert (busy.num_requests, busy.prefix_cache_queries, busy.prefix_cache_hits) == (6, 3072, 2560)
+    assert busy.hit_rate == pytest.approx(2560 / 3072) and idle.hit_rate is None
+    assert describe_shares([busy, idle]).splitlines()[1] == "http://b: 0 requests (0%), prefix cache 0 of 0 prompt tokens"
