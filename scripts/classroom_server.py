@@ -95,17 +95,10 @@ def main(argv: list[str]) -> int:
 
     try:
         with start_server(config) as server:
-            urls = student_urls(args.host, server.port)
-            print(f"\nclassroom server ready: {urls[0]} serves {server.model_name!r}", flush=True)
-            for other in urls[1:]:
-                print(f"  also reachable at {other}")
+            urls = announce(args.host, server.port, server.model_name)
             print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
             print(f"server log: {server.log_path}")
-            print("\nStudents, in the shell that starts Jupyter:  export VLLM_COURSE_API_KEY=<the key>\n"
-                  "then in a notebook:\n"
-                  "    from helpers.serve.classroom import connect\n"
-                  f'    server = connect("{urls[0]}")\n'
-                  "\nCtrl-C stops the server.", flush=True)
+            print(student_instructions(urls[0], "Ctrl-C stops the server."), flush=True)
             while server.is_running():
                 time.sleep(1.0)
             print(f"error: the server exited on its own (code {server.process.returncode}); see {server.log_path}",
@@ -119,6 +112,23 @@ def main(argv: list[str]) -> int:
         return 1
 
 
+def announce(host: str, port: int, model_name: str) -> list[str]:
+    """Print where the class reaches the server; return those URLs (the first is the one to hand out)."""
+    urls = student_urls(host, port)
+    print(f"\nclassroom server ready: {urls[0]} serves {model_name!r}", flush=True)
+    for other in urls[1:]:
+        print(f"  also reachable at {other}")
+    return urls
+
+
+def student_instructions(url: str, how_to_stop: str) -> str:
+    return ("\nStudents, in the shell that starts Jupyter:  export VLLM_COURSE_API_KEY=<the key>\n"
+            "then in a notebook:\n"
+            "    from helpers.serve.classroom import connect\n"
+            f'    server = connect("{url}")\n'
+            f"\n{how_to_stop}")
+
+
 def serve_replicas(args: argparse.Namespace, config: ServerConfig, key: str) -> int:
     """``--replicas N``: N keyed servers on 127.0.0.1, the router on ``--host``/``--port`` with the same key."""
     from dataclasses import replace
@@ -129,20 +139,13 @@ def serve_replicas(args: argparse.Namespace, config: ServerConfig, key: str) -> 
     try:
         with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None)) as replicas, \
                 start_router(replicas, policy="cache_aware", host=args.host, port=args.port) as router:
-            urls = student_urls(args.host, router.port)
-            print(f"\nclassroom server ready: {urls[0]} serves {router.model_name!r}", flush=True)
-            for other in urls[1:]:
-                print(f"  also reachable at {other}")
+            urls = announce(args.host, router.port, router.model_name)
             print(f"vllm-router ({router.policy}) in front of {len(replicas)} replicas: {', '.join(replicas.urls)}")
             print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
             print(f"router log: {router.log_path}")
             for server in replicas:
                 print(f"replica log: {server.log_path}")
-            print("\nStudents, in the shell that starts Jupyter:  export VLLM_COURSE_API_KEY=<the key>\n"
-                  "then in a notebook:\n"
-                  "    from helpers.serve.classroom import connect\n"
-                  f'    server = connect("{urls[0]}")\n'
-                  "\nCtrl-C stops the router and every replica.", flush=True)
+            print(student_instructions(urls[0], "Ctrl-C stops the router and every replica."), flush=True)
             while router.is_running() and all(replicas.is_running()):
                 time.sleep(1.0)
             down = [server.url for server in replicas if not server.is_running()]
