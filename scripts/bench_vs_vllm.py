@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from helpers.files import write_atomically  # light: nothing but the standard library
-from helpers.traffic.bench_file import sharegpt_prompts
+from helpers.traffic.bench_file import bench_serve_args, sharegpt_prompts
 from helpers.traffic.vllm_cli import GATE
 
 START_TIMEOUT_S = 300  # `vllm bench serve` up to its gate: imports, tokenizer, dataset (about 12 s)
@@ -62,16 +62,8 @@ class GatedBench:
         self.folder, self.name, self.log = folder, name, folder / f"{name}.log"
         dataset = folder / f"{name}-prompts.json"  # our prompts in the ShareGPT layout `--dataset-name sharegpt` reads
         write_atomically(dataset, json.dumps(sharegpt_prompts(workload)))
-        self.argv = [
-            sys.executable, "-m", "helpers.traffic.vllm_cli", "--gated", "bench", "serve",
-            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", server.url,
-            "--model", server.model_name, "--tokenizer", tokenizer_path,
-            "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
-            "--num-prompts", str(len(workload.requests)), "--sharegpt-output-len", str(workload.output_tokens),
-            "--ignore-eos", "--temperature", "0", *arrivals,
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
-            "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", f"{name}.json",
-            "--disable-tqdm"]
+        self.argv = [sys.executable, "-m", "helpers.traffic.vllm_cli", "--gated", "bench", "serve",
+                     *bench_serve_args(server, workload, dataset, tokenizer_path, folder / f"{name}.json", arrivals)]
         self.process: subprocess.Popen[str] | None = None
         self.started, self.ready_s = 0.0, 0.0
 

@@ -1,4 +1,4 @@
-"""`vllm bench serve` result files (vLLM 0.26 and 0.32) read as the course's records, and its prompt file written.
+"""`vllm bench serve` result files (vLLM 0.26 and 0.32) read as the course's records; its prompt file and its arguments written.
 
 What ``--save-result --save-detailed`` writes (vllm/benchmarks/serve.py at v0.26.0 and v0.32.0):
 
@@ -17,8 +17,9 @@ tests/test_bench_vs_vllm.py on captured files of both versions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from helpers.load.client import RequestRecord
@@ -89,3 +90,18 @@ def sharegpt_prompts(workload: Any) -> list[dict[str, Any]]:
     return [{"id": str(spec.index), "conversations": [
         {"from": "human", "value": spec.prompt}, {"from": "gpt", "value": "(unused: --sharegpt-output-len)"}]}
         for spec in workload.requests]
+
+
+def bench_serve_args(server: Any, workload: Any, dataset: Path, tokenizer_path: str, result: Path,
+                     arrivals: Sequence[str]) -> list[str]:
+    """`vllm bench serve`'s arguments (after ``bench serve``) for ``workload`` against ``server``: its prompts
+    from ``dataset`` (:func:`sharegpt_prompts`) in order, each answer exactly the workload's ``output_tokens``
+    long, ``arrivals`` as given (``--request-rate ...``), every per-request record saved to ``result``."""
+    return ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", server.url,
+            "--model", server.model_name, "--tokenizer", tokenizer_path,
+            "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
+            "--num-prompts", str(len(workload.requests)), "--sharegpt-output-len", str(workload.output_tokens),
+            "--ignore-eos", "--temperature", "0", *arrivals,
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
+            "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name,
+            "--disable-tqdm"]

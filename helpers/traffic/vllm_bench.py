@@ -72,7 +72,7 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
     from helpers.load.poller import scrape
     from helpers.load.run import LoadTestRun, server_facts
     from helpers.serve.model import resolve_model
-    from helpers.traffic.bench_file import read_bench_result, sharegpt_prompts
+    from helpers.traffic.bench_file import bench_serve_args, read_bench_result, sharegpt_prompts
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -80,16 +80,10 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
                               output_tokens=output_tokens, seed=7)  # fresh prompts: its own tag, nothing cached
     dataset, result = folder / "prompts-sharegpt.json", folder / "vllm-bench-serve.json"
     write_atomically(dataset, json.dumps(sharegpt_prompts(workload)))
-    argv = [sys.executable, "-m", "helpers.traffic.vllm_cli", "bench", "serve", "--backend", "openai-chat",
-            "--endpoint", "/v1/chat/completions", "--base-url", server.url, "--model", server.model_name,
-            "--tokenizer", resolve_model(server.config.model).model, "--dataset-name", "sharegpt",
-            "--dataset-path", str(dataset), "--disable-shuffle", "--num-prompts", str(num_requests),
-            "--sharegpt-output-len", str(output_tokens), "--ignore-eos", "--temperature", "0",
-            "--request-rate", f"{rate:g}", "--burstiness", f"{burstiness:g}", "--seed", "0",
-            *(slo.vllm_args() if slo is not None else ()),
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95",
-            "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", result.name,
-            "--disable-tqdm"]
+    arrivals = ["--request-rate", f"{rate:g}", "--burstiness", f"{burstiness:g}", "--seed", "0",
+                *(slo.vllm_args() if slo is not None else ())]
+    argv = [sys.executable, "-m", "helpers.traffic.vllm_cli", "bench", "serve",
+            *bench_serve_args(server, workload, dataset, resolve_model(server.config.model).model, result, arrivals)]
     before = await asyncio.to_thread(scrape, server)
     began = time.monotonic()
     await _run_tool(argv, folder / "vllm-bench-serve.log", timeout_s)
@@ -114,12 +108,12 @@ async def _run_tool(argv: list[str], log_path: Path, timeout_s: float) -> None:
                                                        stdin=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT)
         try:
             code = await asyncio.wait_for(process.wait(), timeout_s)
-        except BaseException:  # the time bound, or an interrupted cell: never leave it sending
-            process.kill()
-            await process.wait()
-            if not isinstance(sys.exc_info()[1], asyncio.TimeoutError):
-                raise
+        except asyncio.TimeoutError:
             code = None
+        finally:  # past the time bound, or in an interrupted cell: never leave it sending
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
     if code != 0:
         what = f"still running after {timeout_s:g} s" if code is None else f"exit code {code}"
         tail = log_path.read_text(errors="replace")[-2000:]
