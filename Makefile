@@ -7,7 +7,7 @@ course: setup            ## the notebooks and the learner's lab in the story's o
 	$(PY) scripts/run_course.py
 
 test: setup browser      ## unit tests, the helpers' docstring examples, every notebook validated against the real server (and in a browser)
-	$(PY) -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v --durations=40 --ignore=labs/learner  # the learner lab: its filled-in copy, tests/test_filled_learner_lab.py
+	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider -v --durations=40  # each lab runs once, as both versions with the answers: tests/test_filled_learner_lab.py
 	$(PY) -m pytest helpers --doctest-modules -p no:cacheprovider -q
 
 test-gpu: setup          ## on an NVIDIA GPU: the tests, then every notebook and lab version against the GPU server (VLLM_COURSE_GPU_AS=t4 takes a T4's path)

@@ -1,9 +1,12 @@
-"""The learner labs with the worked answers filled in (scripts/fill_learner_lab.py), run on the real server.
+"""Each lab run once on the real server, as both its versions and with the worked answers (scripts/fill_learner_lab.py
+--both): the only run of a lab in ``make test``, which ignores ``labs/`` (one lab takes 5-7 minutes on a 2-core CPU).
 
-The unanswered labs show "not yet" everywhere (the instructor versions run that way under nbval); these
-copies prove the other half: with docs/solutions' answers, every check accepts the learner's own run and no
-cell fails. Lab 1: the learner's client passes (held against vLLM's view of its own run) and the naive loop is
-measured.
+The copy is the instructor version (every cell of the learner version, the same code, plus the cells tagged
+``instructor``), with each answer cell twice: as the learner finds it, where the check must say "not yet", then
+with docs/solutions' answer, where it must accept the learner's own run. No cell may fail. Lab 1: the learner's
+client passes (held against vLLM's view of its own run) and the naive loop is measured. Lab 2: the saturation
+rate and the faster setting at light load are accepted on the learner's sweep. That the learner version is the
+instructor version without its instructor cells is tested by tests/test_notebook_shape.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from fill_learner_lab import fill, filled, solution_blocks  # noqa: E402  (a script, not a package)
 
 CLIENT = (ROOT / "docs" / "solutions" / "lab_client.py").read_text()
-LABS = ("01_concurrency_lab",)  # lab 2 joins with its notebook (branch lab2)
+LABS = ("01_concurrency_lab", "02_serving_real_traffic")
 VERDICT = re.compile(r"^(✅|❌|✏️).*$", re.M)  # helpers.feedback: ✅ right, ❌ wrong, ✏️ not answered
 
 
@@ -56,9 +59,9 @@ def run_filled(name: str) -> tuple[dict[str, str], list[str]]:
     each code cell's shown text by cell id, and every verdict line the checks printed, in order."""
     from nbclient import NotebookClient
 
-    notebook = fill(name)
+    notebook = fill(name, both=True)
     NotebookClient(notebook, timeout=900, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT / "labs" / "learner")}}).execute()
+                   resources={"metadata": {"path": str(ROOT / "labs")}}).execute()
     outputs = {cell.get("id"): shown(cell) for cell in notebook.cells if cell.cell_type == "code"}
     return outputs, VERDICT.findall("\n".join(outputs.values()))  # the group: each line's mark
 
@@ -71,6 +74,15 @@ def verdict_lines(outputs: dict[str, str]) -> list[str]:
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_the_filled_lab_passes_every_check_on_its_own_run():
     outputs, marks = run_filled("01_concurrency_lab")
-    assert marks == ["✅"] * 9, verdict_lines(outputs)  # the nine answer cells of questions 1-8
+    assert marks == ["✏️", "✅"] * 9, verdict_lines(outputs)  # the nine answer cells of questions 1-8, each twice
     assert "Your client measures what happened" in outputs["your-client-check"], outputs["your-client-check"]
     assert re.search(r"a generate\(\) loop took .* the throughput", outputs["naive-run"])
+
+
+@pytest.mark.server
+@pytest.mark.usefixtures("no_server_left_behind")
+def test_the_filled_lab_2_passes_every_check_on_its_own_run():
+    outputs, marks = run_filled("02_serving_real_traffic")
+    assert marks == ["✏️", "✅"] * 2, verdict_lines(outputs)  # questions 1 (saturation rate), 2 (faster at light load)
+    assert "✅ saturation rate: correct" in outputs["q1"], outputs["q1"]
+    assert "✅ faster per request at light load: correct" in outputs["q2"], outputs["q2"]

@@ -6,9 +6,11 @@ computed from the points. Points that were not run are left out of the lines and
 Taught in ``labs/02_serving_real_traffic.ipynb``.
 
     >>> from helpers.traffic.rates import RatePoint, measured_saturation
+    >>> sent = [i / 2 for i in range(20)]  # past 2 req/s, each request waits 0.5 s per s sent longer
     >>> pts = [RatePoint("max_num_seqs=4", r, 1.0, 20, num_ok=20, arrival_rate=r, achieved_rate=min(r, 2.0),
     ...                  ttft_p50_s=t, ttft_p95_s=2 * t, tpot_p50_ms=40.0, tpot_p95_ms=60.0,
-    ...                  queue_mean_s=q, prefill_mean_s=0.1)
+    ...                  queue_mean_s=q, prefill_mean_s=0.1, sent_s=sent,
+    ...                  latencies=[(t + (0.5 * s if r > 2 else 0), 2.0, 16) for s in sent])
     ...        for r, t, q in ((1.0, 0.2, 0.01), (2.0, 0.5, 0.3), (3.0, 4.0, 3.5))]
     >>> fig = plot_load_curves(pts, predicted={"max_num_seqs=4": 2.1})
     >>> [ax.get_xlabel() for ax in fig.axes]

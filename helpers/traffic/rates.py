@@ -6,18 +6,22 @@ what was offered, what the server achieved, p50/p95 latencies, the engine's queu
 ``"not run: <reason>"`` or ``"failed: <reason>"``. It keeps each request's (TTFT, end-to-end,
 output tokens), so any other SLO can be asked of it later (:func:`slo_table`).
 
-**Keeping up.** A point's *completion rate* is 1 / the slope of its requests' completion times
-(sorted) against their rank, a line resistant to a few slow requests (:func:`pace`), and its
-*arrival rate* the same of its send times.
-Below saturation requests finish as they arrive, a roughly constant latency later, so the two slopes
-match; past it a backlog grows and completions come at the server's own pace, slower. A point keeps
-up while its completion rate is at least :data:`KEEP_UP` of its arrival rate and no request failed.
-Why not "completed / wall time" (``vllm bench serve``'s request throughput): the wall time includes
-the last request's latency, seconds on a 2-core CPU, which pulls a short run below 95% at any rate;
-a slope ignores a constant offset. Why not vLLM's queue time: on a GPU with a large
-``--max-num-seqs`` the batch absorbs the load and every request slows down without ever queueing.
-What it cannot tell apart: a machine slowed by other programs during a point (a shared CPU) also
-finishes requests late; such a point shows slow tokens (TPOT) with nothing queued, and a high ``load_avg_1m``.
+**Keeping up.** Past saturation requests arrive faster than they finish, so each waits longer than the
+one before: TTFT grows with the time a request was sent, by x - 1 seconds per second of arrivals when the
+rate is x times what the server can serve (the criterion notebook 04's simulator applies to its queue,
+:func:`helpers.traffic.saturation_model.queue_growth`). A point's *TTFT growth* is that slope, measured as
+the median of the slopes between every two requests (Theil and Sen's estimator, :func:`helpers.traffic.backlog.ttft_growth`): a
+burst of arrivals or one slow request tilts a few of those slopes, not their median. A point keeps up
+while its growth is at most :data:`GROWTH_LIMIT` and no request failed. Why not compare rates: a point's
+*completion rate* (1 / the slope of its sorted completion times against their rank, :func:`~helpers.traffic.backlog.pace`) and its
+*arrival rate* (the same of its send times) are plotted, but over the 10-30 requests of a CPU point a
+backlog that grows still lets completions keep pace for a while (a run of 2026-12-02 sent 1.56 req/s,
+completed 1.46, and its last requests waited 8 s against 2.4 s for its first). "Completed / wall time"
+(``vllm bench serve``'s request throughput) is worse: the wall time includes the last request's latency,
+seconds on a 2-core CPU. vLLM's own queue time misses it on a GPU with a large ``--max-num-seqs``, whose
+batch absorbs the load until every slot is taken: requests slow down without queueing. What no criterion
+can tell apart: a machine slowed by other programs during a point (a shared CPU) also finishes requests
+late; such a point shows slow tokens (TPOT) with nothing queued, and a high ``load_avg_1m``.
 :func:`measured_saturation` brackets the rate where keeping up stops and estimates it as the completion
 rate of the overloaded points (the rate the server serves when it is the limit).
 
@@ -26,8 +30,14 @@ were good (succeeded within every limit), i.e. the p95 of each limited latency i
 :func:`best_rate_under_slo` gives each setting's highest such offered rate. Saving and loading a
 sweep: :func:`save_rate_sweep`, :func:`load_rate_sweep`. Taught in ``labs/02_serving_real_traffic.ipynb``.
 
-    >>> pts = [RatePoint("seqs=4", r, 1.0, 20, achieved_rate=a, arrival_rate=r, num_ok=20) for r, a in
-    ...        [(0.5, 0.49), (1.0, 0.98), (2.0, 1.3), (4.0, 1.4)]]
+    >>> def at(rate, served):  # 20 requests; past `served` each waits (rate / served - 1) s per s sent longer
+    ...     sent = [i / rate for i in range(20)]
+    ...     lat = [(0.3 + max(rate / served - 1, 0) * s, 2.0, 16) for s in sent]
+    ...     return RatePoint("seqs=4", rate, 1.0, 20, num_ok=20, achieved_rate=min(rate, served), sent_s=sent,
+    ...                      latencies=lat)
+    >>> pts = [at(0.5, 1.35), at(1.0, 1.35), at(2.0, 1.3), at(4.0, 1.4)]
+    >>> [p.keeps_up for p in pts], round(pts[2].ttft_growth, 3)
+    ([True, True, False, False], 0.538)
     >>> measured_saturation(pts)["seqs=4"]
     MeasuredSaturation(setting='seqs=4', last_kept_up=1.0, first_not=2.0, estimate=1.35)
 """
@@ -49,9 +59,10 @@ from helpers.files import read_json, write_atomically
 from helpers.load.slo import SLO, tpot_ms
 from helpers.load.summary import percentile
 from helpers.load.ttft_split import ttft_split
+from helpers.traffic.backlog import pace, ttft_growth
 
 FORMAT = "vllm-course/rate-sweep/1"
-KEEP_UP = 0.9  # completion rate / arrival rate: below it, the point is past saturation
+GROWTH_LIMIT = 0.2  # s of TTFT gained per s of arrivals: above it, the queue grows (the point is past saturation)
 SLO_SHARE = 0.95  # share of requests that must be good for a point to meet an SLO (a p95 within limits)
 OK = "ok"
 
@@ -94,11 +105,19 @@ class RatePoint:
         return self.status == OK
 
     @property
+    def ttft_growth(self) -> float | None:
+        """Seconds of TTFT gained per second of arrivals (:func:`ttft_growth`); None for fewer than 3 TTFTs."""
+        sent = [s for s, (ttft, _, _) in zip(self.sent_s, self.latencies) if ttft is not None]
+        return ttft_growth(sent, [ttft for ttft, _, _ in self.latencies if ttft is not None])
+
+    @property
     def keeps_up(self) -> bool | None:
-        """Completions kept pace with arrivals and nothing failed; None for a point without the rates."""
-        if not self.ran or self.achieved_rate is None or self.arrival_rate is None:
+        """TTFT did not grow past :data:`GROWTH_LIMIT` over the point and nothing failed; None for a point
+        not measured or with fewer than 3 TTFTs."""
+        growth = self.ttft_growth if self.ran else None
+        if growth is None:
             return None
-        return self.num_ok == self.num_requests and self.achieved_rate >= KEEP_UP * self.arrival_rate
+        return self.num_ok == self.num_requests and growth <= GROWTH_LIMIT
 
     def share_good(self, slo: SLO) -> float:
         """Requests sent that succeeded within every limit of ``slo``, as a fraction."""
@@ -159,23 +178,6 @@ def rate_point(run: Any, before: Any, after: Any, *, setting: str, offered_rate:
         latencies=tuple((_round(r.ttft_s), _round(r.e2e_s), r.output_tokens or 0) if r.ok else (None, None, 0)
                         for r in records), sent_s=tuple(_round(r.send_s) for r in records),
         load_avg_1m=run.settings.get("load_avg_1m_at_start"))
-
-
-def pace(times: Sequence[float]) -> float | None:
-    """Events per second: 1 / the slope of Tukey's resistant line through the sorted times against their
-    rank (the median of the last third minus that of the first, over their distance in rank); None for
-    fewer than 3 times or no spread. A constant offset (every request's latency) leaves it unchanged, and
-    a few slow requests at the end barely move it, where they would tilt a least-squares line.
-
-    >>> pace([0.5, 1.0, 1.5, 2.0]), pace([3.5, 4.0, 4.5, 5.0]), pace([0, 1, 2, 3, 4, 5, 6, 7, 28])
-    (2.0, 2.0, 1.0)
-    """
-    ordered = np.sort(np.asarray(times, dtype=float))
-    n, third = len(ordered), len(ordered) // 3
-    if n < 3:
-        return None
-    slope = float(np.median(ordered[-third:]) - np.median(ordered[:third])) / (n - third)
-    return round(1.0 / slope, 9) if slope > 1e-9 else None  # no spread: all at one instant
 
 
 @dataclass(frozen=True)
