@@ -26,17 +26,19 @@ CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
 
 
 LAB_BEFORE = "05"  # lab 1 comes after notebooks 01-04 and before notebook 05, which builds on it
+LATER_LABS_BEFORE = "06"  # lab 2 builds on notebook 05's levers; notebook 06 (beyond one server) on lab 2's traffic
 
 
 def course_notebooks() -> list[Path]:
-    """The learner's order: notebooks 01-04, lab 1 (the learner's version, as handed out), notebook 05, then
-    the later labs (lab 2's traffic builds on notebook 05's levers) and notebooks.
+    """The learner's order: notebooks 01-04, lab 1 (the learner's version, as handed out), notebook 05, the later
+    labs (lab 2's traffic builds on notebook 05's levers), then notebooks 06 on (beyond one server).
 
     The instructor's versions of the labs, which write the explanation themselves, are validated by `make test`."""
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
     first_lab, *later_labs = sorted((ROOT / "labs" / "learner").glob("*.ipynb"))
     return ([path for path in notebooks if path.name < LAB_BEFORE] + [first_lab]
-            + [path for path in notebooks if path.name >= LAB_BEFORE] + later_labs)
+            + [path for path in notebooks if LAB_BEFORE <= path.name < LATER_LABS_BEFORE] + later_labs
+            + [path for path in notebooks if path.name >= LATER_LABS_BEFORE])
 
 
 def run(path: Path, out: Path) -> float:
