@@ -8,6 +8,8 @@ Pure core:
 - ``sim``: the static and continuous schedulers, step by step.
 - ``predict``: predictions made by simulating with the clock (throughput, load tests as measurements).
 - ``measure_stats``: numbers and tables from the records of live requests.
+- ``fit_plan``: which decode batches the step-time fit times, on which server (up to the lab's 64 on a GPU).
+- ``explain``: the notebook's findings in sentences built from the run's numbers (``summarize_batching_run``).
 
 I/O: ``measure`` (step-time measurements and trace replays against a running server, through
 ``helpers.load``); ``prediction`` (the prediction file the lab reads).

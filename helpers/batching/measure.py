@@ -162,6 +162,7 @@ async def measure_step_times(
     three leaves one such timing out. A short warm-up request goes first and is not counted.
     Bounded: a round is sum(batch_sizes) requests of `output_len` tokens plus two prefills of
     one token. Batch sizes above the server's max_num_seqs would queue and measure nothing useful.
+    Which batch sizes to time for a prediction of the lab, and on which server: ``helpers.batching.fit_plan``.
 
     A timing with a failed request is left out and counted as lost (`StepFitData.lost`). When
     the server dies, measuring stops at once: what was measured before is returned, every

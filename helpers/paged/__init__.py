@@ -15,6 +15,7 @@ Pure core (no I/O, no drawing):
 Drawing: ``draw`` (one frame), ``figures`` (static figures), ``player`` (the ipywidgets
 animation, ``animate_allocator``), ``capacity_plots`` (capacity bars, live KV blocks in use).
 
-Notebook glue: ``exercises`` (pure ``grade_*`` and printing ``check_*``, via ``helpers.feedback``);
+Notebook glue: ``explain`` (the notebook's findings in sentences and tables built from its numbers:
+``explain_waste``, ``explain_capacity``, ``explain_prefix_hits``); ``exercises`` (pure ``grade_*`` and printing ``check_*``, via ``helpers.feedback``);
 ``allocator_exercise`` (the learner's allocate / append / free, replayed step by step against ``PagedKVCache``).
 """

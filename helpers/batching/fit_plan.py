@@ -1,0 +1,103 @@
+"""Which decode batches notebook 04 times for its step-time fit, on which server, and why (pure).
+
+The fit predicts the lab at ``--max-num-seqs`` 8 and 64. Its per-sequence cost is the slope of
+step time over batch size, and a slope timed at 1-8 sequences and extrapolated to 64 is only as
+good as those few points. On an H200 it was noise: steps of 1, 4 and 8 sequences cost about the
+same, the slope came out near zero, and notebook 04 predicted the lab's 8-vs-64 speed-up at 6.71x
+where the lab measured 4.86x; lab 2's clock, timed at 1, 32 and 64 sequences, gave 4.1 ms a step at
+64 against the 4.0 ms the lab's run implies (``results/gpu/README.md``, 2026-12-02).
+
+So :func:`plan_step_fit` makes the timed batches reach the lab's high setting wherever that is
+cheap (a GPU: a decode batch of 64 x 256 tokens takes about a second there), on a server of its
+own started like the lab's (the burst demonstration's server has 8 slots and a small KV pool,
+which 64 sequences of 256-token prompts would overflow), decoding the lab's own output length,
+so that contexts are as long as the lab's. On a CPU it keeps the demonstration's server and
+batches up to its cap: one batch of 64 costs tens of seconds a round there (estimated from the
+reference clock at this machine's measured pace), with a second server start on top, beyond the
+notebook's time budget; the plan says so in :attr:`FitPlan.reason`.
+
+Taught in ``notebooks/04_continuous_batching.ipynb``; measured by
+``helpers.batching.measure.measure_step_times``.
+
+>>> plan_step_fit("cuda", demo_max_num_seqs=8, demo_output_len=384, lab_output_len=256).batch_sizes
+(1, 8, 32, 64)
+>>> plan_step_fit("cpu", demo_max_num_seqs=8, demo_output_len=48, lab_output_len=64).batch_sizes
+(1, 4, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from helpers import validate
+from helpers.batching.sim import simulate_continuous
+from helpers.batching.step_time import StepTimeModel
+from helpers.batching.trace import BatchRequest
+
+FIT_PROMPT_LEN = 256  # tokens before each decoding sequence: about the lab's mean prompt (212) and its answer
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """What to time for the step-time fit: decode batch sizes, their output length, and the server."""
+
+    batch_sizes: tuple[int, ...]  # requests decoding together, one timing each
+    output_len: int  # tokens each decoding request generates
+    own_server: bool  # True: start a server at max_num_seqs for the fit; False: the demonstration's server
+    max_num_seqs: int  # the fit server's cap (the demonstration's when own_server is False)
+    reason: str  # one sentence, from the numbers: why these batches
+
+    def describe(self) -> str:
+        """What will be timed, and why, for the notebook to print."""
+        sizes = ", ".join(map(str, self.batch_sizes))
+        where = (f"on a server of its own at max_num_seqs={self.max_num_seqs}" if self.own_server else
+                 f"on the demonstration's server (max_num_seqs={self.max_num_seqs})")
+        return f"decode batches of {sizes} requests x {self.output_len} output tokens, {where}: {self.reason}"
+
+
+def decode_batch_seconds(batch_size: int, output_len: int, model: StepTimeModel,
+                         prompt_len: int = FIT_PROMPT_LEN) -> float:
+    """Seconds one timed decode batch takes under ``model``: its prompts' prefill, then its decode steps.
+
+    >>> round(decode_batch_seconds(1, 2, StepTimeModel(overhead_s=1.0, prefill_token_s=0.0, decode_seq_s=0.0)), 1)
+    2.0
+    """
+    batch = [BatchRequest(f"b{i}", 0.0, prompt_len, output_len) for i in range(batch_size)]
+    return simulate_continuous(batch, batch_size, model).summary.makespan_s
+
+
+def plan_step_fit(device: str, *, demo_max_num_seqs: int, demo_output_len: int, lab_output_len: int,
+                  lab_settings: Sequence[int] = (8, 64), pace_speed: float = 1.0,
+                  reference: StepTimeModel | None = None) -> FitPlan:
+    """The fit's batches for this device: up to the lab's high setting on a GPU, the demonstration's cap on a CPU.
+
+    ``pace_speed``: this machine's pace over the reference CPU machine's
+    (``helpers.load.pace.Pace.speed``); with ``reference`` (default: the reference machine's
+    ``StepTimeModel``) it estimates what a batch at the lab's high setting would cost a CPU.
+
+    >>> print(plan_step_fit("cpu", demo_max_num_seqs=8, demo_output_len=48, lab_output_len=64).reason)
+    on a CPU one decode batch of 64 would take about 24 s a round here (the reference clock at this machine's pace), and a second server start on top, beyond this notebook's time budget: the fit times batches up to 8 on the demonstration's server and extrapolates to 64
+    """
+    validate.positive_int(demo_max_num_seqs, "demo_max_num_seqs")
+    validate.int_above(demo_output_len, "demo_output_len", 1, hint="Timing a decode needs at least 2 tokens.")
+    validate.int_above(lab_output_len, "lab_output_len", 1, hint="Timing a decode needs at least 2 tokens.")
+    settings = validate.positive_ints(lab_settings, "lab_settings", hint="They are the lab's max_num_seqs, e.g. (8, 64).")
+    low, high = min(settings), max(settings)
+    if device == "cuda":
+        sizes = tuple(sorted({1, low, high // 2, high}))
+        reason = (f"on a GPU a step of 1-{low} sequences costs about the same, so a slope timed there and extrapolated "
+                  f"to {high} is noise; timing up to {high} measures it, with the lab's {lab_output_len} output "
+                  f"tokens a request")
+        return FitPlan(sizes, lab_output_len, own_server=high > demo_max_num_seqs,
+                       max_num_seqs=max(high, demo_max_num_seqs), reason=reason)
+    speed = validate.positive_number(pace_speed, "pace_speed")
+    sizes = tuple(sorted({1, max(1, demo_max_num_seqs // 2), demo_max_num_seqs}))
+    if high <= demo_max_num_seqs:
+        return FitPlan(sizes, demo_output_len, own_server=False, max_num_seqs=demo_max_num_seqs,
+                       reason=f"the demonstration's server already reaches the lab's high setting ({high})")
+    seconds = decode_batch_seconds(high, demo_output_len, reference or StepTimeModel()) / speed
+    reason = (f"on a CPU one decode batch of {high} would take about {seconds:.0f} s a round here (the reference "
+              f"clock at this machine's pace), and a second server start on top, beyond this notebook's time budget: "
+              f"the fit times batches up to {demo_max_num_seqs} on the demonstration's server and extrapolates to {high}")
+    return FitPlan(sizes, demo_output_len, own_server=False, max_num_seqs=demo_max_num_seqs, reason=reason)

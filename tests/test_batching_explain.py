@@ -1,0 +1,166 @@
+"""Notebook 04's explainers and its fit plan: the sentences follow the numbers, the plan follows the device."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from helpers.batching.explain import (
+    decode_batch_sizes,
+    describe_fit_source,
+    explain_fit,
+    explain_live_engine,
+    explain_prediction,
+    explain_simulation,
+    summarize_batching_run,
+)
+from helpers.batching.fit_plan import decode_batch_seconds, plan_step_fit
+from helpers.batching.prediction import prediction_record
+from helpers.batching.sim_records import BatchingSummary
+from helpers.batching.step_time import StepMeasurement, StepTimeModel
+from helpers.batching.trace import lab_trace
+from helpers.errors import InvalidArgumentError
+from helpers.load.client import RequestRecord
+
+
+def summary(tok_s, utilization):
+    return BatchingSummary(32, 1000, 100, 0, 1000 / tok_s, tok_s, utilization, 1.0, 2.0, 0.5, 1.0)
+
+
+def sim_rows(lab_gain):
+    return {"steady": (summary(100, 0.6), summary(130, 0.9)), "mixed": (summary(50, 0.3), summary(150, 0.95)),
+            "lab": (summary(100, 0.9), summary(100 * lab_gain, 0.9))}
+
+
+def live(**changes):
+    base = SimpleNamespace(peak_running=8, peak_waiting=12, seconds_with_queue=4.2, mean_running_while_queued=7.9,
+                           peak_kv_cache_usage=0.41, num_preemptions=0)
+    return SimpleNamespace(**{**vars(base), **changes})
+
+
+def finished_at(times):
+    return [RequestRecord(i, ok=True, ttft_s=t / 2, e2e_s=t) for i, t in enumerate(times)]
+
+
+# ----- the simulation --------------------------------------------------------------------------------
+def test_simulation_names_the_trace_that_gained_most_with_its_utilizations():
+    text = explain_simulation(sim_rows(1.0))
+    assert "3.00x" in text and "`mixed`" in text and "95% against 30%" in text
+
+
+def test_an_equal_length_lab_trace_with_no_gain_says_there_is_nothing_to_reclaim():
+    assert "nothing to reclaim" in explain_simulation(sim_rows(1.01))
+    assert "prefill scheduling" in explain_simulation(sim_rows(1.2))
+
+
+# ----- the live engine -------------------------------------------------------------------------------
+def test_finishes_spread_out_read_as_one_by_one():
+    text = explain_live_engine(live(), finished_at([1.0 + 0.2 * i for i in range(20)]), 8, 0.25)
+    assert "20 distinct moments" in text and "one by one" in text and "7.9 of the cap of 8" in text
+    assert "41% of a 0.25 GiB pool" in text
+
+
+def test_finishes_bunched_together_read_as_fewer_moments_than_requests_not_waves():
+    text = explain_live_engine(live(), finished_at([1.0] * 10 + [2.0] * 10), 8, 0.5)
+    assert "2 distinct moments" in text and "not in 3 waves" in text
+
+
+def test_a_burst_that_never_filled_the_batch_says_so_instead():
+    text = explain_live_engine(live(peak_running=5, seconds_with_queue=0.0), finished_at([1.0]), 8, 0.25)
+    assert "never filled the batch" in text and "peaked at 5 of the cap of 8" in text
+
+
+# ----- the fit ---------------------------------------------------------------------------------------
+def test_the_fit_names_its_batches_and_compares_with_the_reference_machine():
+    fast = StepTimeModel(overhead_s=0.002, prefill_token_s=1e-6, decode_seq_s=2.5e-5, max_num_batched_tokens=8192)
+    text = explain_fit(fast, StepTimeModel(), [1, 8, 32, 64], replay_error=0.05)
+    assert "decode batches of 1/8/32/64" in text and "8,192 tokens" in text
+    assert "17.3x the reference machine's 29" in text and "within 5%" in text
+    near = explain_fit(StepTimeModel(), StepTimeModel(), [1, 4, 8], replay_error=-0.4)
+    assert "close to the reference machine's" in near and "off by -40%" in near and "rough" in near
+
+
+def test_a_fit_without_a_replay_says_nothing_checked_it():
+    assert "not replayed" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], replay_error=None)
+
+
+# ----- the prediction --------------------------------------------------------------------------------
+def test_a_sublinear_prediction_explains_the_overhead_and_the_per_sequence_ceiling():
+    model = StepTimeModel()
+    lab = lab_trace()
+    text = explain_prediction(model, prediction_record(model, trace=lab), 1.6, lab)
+    assert "Not 8x" in text and "50 take" in text and "10,256 prompt tokens" in text
+    assert f"{1 / model.decode_seq_s:,.0f} tok/s" in text
+
+
+def test_a_nearly_linear_prediction_says_the_overhead_dominates():
+    model = StepTimeModel(overhead_s=0.01, prefill_token_s=1e-7, decode_seq_s=1e-6)
+    lab = lab_trace()
+    text = explain_prediction(model, prediction_record(model, trace=lab), 1.6, lab)
+    assert "Close to linear" in text and "Not 8x" not in text
+
+
+def test_the_summary_has_its_four_bullets():
+    model = StepTimeModel()
+    lab = lab_trace()
+    text = summarize_batching_run(sim_rows(1.0), live=live(), records=finished_at([1.0, 2.0]), max_num_seqs=8,
+                                  kv_gib=0.25, fitted=model, reference=model, batch_sizes=[1, 4, 8],
+                                  replay_error=0.1, prediction=prediction_record(model, trace=lab),
+                                  reference_ratio=1.6, lab=lab)
+    assert [line.split("**")[1] for line in text.splitlines()] == [
+        "Simulation.", "Live engine.", "Fit.", "Prediction for the lab."]
+
+
+def test_the_fit_source_lists_the_decode_batches_measured_not_the_prefill_row():
+    rows = [StepMeasurement.decode(1, 400.0), StepMeasurement.decode(64, 15000.0),
+            StepMeasurement.prefill_difference(32, 0.01, 512, 0.02, 8192)]
+    assert decode_batch_sizes(rows) == [1, 64]
+    assert "decode batches of 1, 64 requests" in describe_fit_source(
+        "cuda", decode_batch_sizes(rows), prompt_len=256, output_len=256, prefill_lens=(32, 512), repeats=3,
+        max_num_seqs=64)
+
+
+# ----- which batches the fit times -------------------------------------------------------------------
+def test_on_a_gpu_the_fit_reaches_the_labs_high_setting_on_a_server_of_its_own_with_the_labs_output_length():
+    plan = plan_step_fit("cuda", demo_max_num_seqs=8, demo_output_len=384, lab_output_len=256)
+    assert plan.batch_sizes == (1, 8, 32, 64) and max(plan.batch_sizes) == 64
+    assert plan.own_server and plan.max_num_seqs == 64 and plan.output_len == 256
+    assert "server of its own at max_num_seqs=64" in plan.describe()
+
+
+def test_on_a_gpu_the_batches_follow_the_labs_settings():
+    plan = plan_step_fit("cuda", demo_max_num_seqs=8, demo_output_len=48, lab_output_len=128, lab_settings=(4, 32))
+    assert plan.batch_sizes == (1, 4, 16, 32) and plan.max_num_seqs == 32 and plan.output_len == 128
+
+
+def test_on_a_cpu_the_fit_keeps_the_demonstration_server_and_its_batches_and_says_why():
+    plan = plan_step_fit("cpu", demo_max_num_seqs=8, demo_output_len=48, lab_output_len=64)
+    assert plan.batch_sizes == (1, 4, 8) and not plan.own_server and plan.max_num_seqs == 8 and plan.output_len == 48
+    assert "extrapolates to 64" in plan.reason and "beyond this notebook's time budget" in plan.reason
+
+
+def test_on_a_slower_cpu_the_estimated_cost_of_a_batch_of_64_grows():
+    at_reference = decode_batch_seconds(64, 48, StepTimeModel())
+    plan = plan_step_fit("cpu", demo_max_num_seqs=8, demo_output_len=48, lab_output_len=64, pace_speed=0.5)
+    assert f"about {2 * at_reference:.0f} s a round" in plan.reason
+
+
+def test_a_cpu_demonstration_server_that_already_reaches_the_high_setting_needs_no_extrapolation():
+    plan = plan_step_fit("cpu", demo_max_num_seqs=64, demo_output_len=48, lab_output_len=64)
+    assert plan.batch_sizes == (1, 32, 64) and not plan.own_server and "already reaches" in plan.reason
+
+
+def test_a_batch_of_64_costs_its_prefill_and_its_decode_steps():
+    model = StepTimeModel(overhead_s=0.1, prefill_token_s=0.0, decode_seq_s=0.0, max_num_batched_tokens=2048)
+    # 64 x 256 = 16,384 prompt tokens in steps of 2,048: after 7 steps 56 requests decode (56 of the next step's
+    # budget), so the last 8 prompts take a 9th step; then 47 more decode steps
+    assert decode_batch_seconds(64, 48, model) == pytest.approx(0.1 * (9 + 47))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"demo_output_len": 1}, "demo_output_len"), ({"lab_output_len": 0}, "lab_output_len"),
+    ({"lab_settings": ()}, "lab_settings"), ({"pace_speed": 0}, "pace_speed"),
+])
+def test_a_fit_plan_refuses_what_cannot_be_timed(changes, message):
+    args = {"demo_max_num_seqs": 8, "demo_output_len": 48, "lab_output_len": 64, **changes}
+    with pytest.raises(InvalidArgumentError, match=message):
+        plan_step_fit("cpu", **args)
