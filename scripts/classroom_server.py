@@ -88,27 +88,30 @@ def main(argv: list[str]) -> int:
         return 2
     # SIGTERM (e.g. from a process manager) stops the server as cleanly as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
-    if args.replicas > 1:
-        return serve_replicas(args, config, key)
-
-    from helpers.serve.server import start_server
-
+    stopped = "classroom server stopped" + (" (router and replicas)" if args.replicas > 1 else "")
     try:
-        with start_server(config) as server:
-            urls = announce(args.host, server.port, server.model_name)
-            print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
-            print(f"server log: {server.log_path}")
-            print(student_instructions(urls[0], "Ctrl-C stops the server."), flush=True)
-            while server.is_running():
-                time.sleep(1.0)
-            print(f"error: the server exited on its own (code {server.process.returncode}); see {server.log_path}",
-                  file=sys.stderr)
-            return 1
+        return serve_replicas(args, config, key) if args.replicas > 1 else serve_one(args, config, key)
     except KeyboardInterrupt:
-        print("\nclassroom server stopped", flush=True)
+        print(f"\n{stopped}", flush=True)
         return 0
     except CourseError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def serve_one(args: argparse.Namespace, config: ServerConfig, key: str) -> int:
+    """One keyed server on ``--host``/``--port``, until Ctrl-C (raised to :func:`main`) or its own exit (1)."""
+    from helpers.serve.server import start_server
+
+    with start_server(config) as server:
+        urls = announce(args.host, server.port, server.model_name)
+        print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
+        print(f"server log: {server.log_path}")
+        print(student_instructions(urls[0], "Ctrl-C stops the server."), flush=True)
+        while server.is_running():
+            time.sleep(1.0)
+        print(f"error: the server exited on its own (code {server.process.returncode}); see {server.log_path}",
+              file=sys.stderr)
         return 1
 
 
@@ -130,33 +133,27 @@ def student_instructions(url: str, how_to_stop: str) -> str:
 
 
 def serve_replicas(args: argparse.Namespace, config: ServerConfig, key: str) -> int:
-    """``--replicas N``: N keyed servers on 127.0.0.1, the router on ``--host``/``--port`` with the same key."""
+    """``--replicas N``: N keyed servers on 127.0.0.1, the router on ``--host``/``--port`` with the same key,
+    until Ctrl-C (raised to :func:`main`) or one of them exits (1)."""
     from dataclasses import replace
 
     from helpers.route.replicas import start_replicas
     from helpers.route.router import start_router
 
-    try:
-        with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None)) as replicas, \
-                start_router(replicas, policy="cache_aware", host=args.host, port=args.port) as router:
-            urls = announce(args.host, router.port, router.model_name)
-            print(f"vllm-router ({router.policy}) in front of {len(replicas)} replicas: {', '.join(replicas.urls)}")
-            print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
-            print(f"router log: {router.log_path}")
-            for server in replicas:
-                print(f"replica log: {server.log_path}")
-            print(student_instructions(urls[0], "Ctrl-C stops the router and every replica."), flush=True)
-            while router.is_running() and all(replicas.is_running()):
-                time.sleep(1.0)
-            down = [server.url for server in replicas if not server.is_running()]
-            what = f"replica(s) {', '.join(down)} stopped" if down else f"the router exited (code {router.process.returncode})"
-            print(f"error: {what} on its own; see the logs above. Everything else is stopped now.", file=sys.stderr)
-            return 1
-    except KeyboardInterrupt:
-        print("\nclassroom server stopped (router and replicas)", flush=True)
-        return 0
-    except CourseError as error:
-        print(f"error: {error}", file=sys.stderr)
+    with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None)) as replicas, \
+            start_router(replicas, policy="cache_aware", host=args.host, port=args.port) as router:
+        urls = announce(args.host, router.port, router.model_name)
+        print(f"vllm-router ({router.policy}) in front of {len(replicas)} replicas: {', '.join(replicas.urls)}")
+        print(f"API key: from ${args.api_key_env}, {mask_key(key)}")
+        print(f"router log: {router.log_path}")
+        for server in replicas:
+            print(f"replica log: {server.log_path}")
+        print(student_instructions(urls[0], "Ctrl-C stops the router and every replica."), flush=True)
+        while router.is_running() and all(replicas.is_running()):
+            time.sleep(1.0)
+        down = [server.url for server in replicas if not server.is_running()]
+        what = f"replica(s) {', '.join(down)} stopped" if down else f"the router exited (code {router.process.returncode})"
+        print(f"error: {what} on its own; see the logs above. Everything else is stopped now.", file=sys.stderr)
         return 1
 
 
