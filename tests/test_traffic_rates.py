@@ -95,6 +95,8 @@ def test_a_point_keeps_up_when_ttft_does_not_grow_and_nothing_failed():
     assert point(2.0, 1.9).keeps_up and not point(2.0, 1.5).keeps_up
     assert not point(2.0, 2.0, ok=19).keeps_up               # a request that timed out did not keep up
     assert point(2.0, None).keeps_up is None and not_run("s", 2.0, 1.0, 20, "time bound").keeps_up is None
+    no_send_times = RatePoint("seqs=4", 2.0, 1.0, 3, num_ok=3, latencies=((0.1, 1.0, 16),) * 3)  # a file without sent_s
+    assert no_send_times.ttft_growth is None and no_send_times.keeps_up is None
 
 
 def test_saturation_is_bracketed_per_setting_and_estimated_from_the_overloaded_points():

@@ -48,6 +48,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -104,11 +105,12 @@ class RatePoint:
     def ran(self) -> bool:
         return self.status == OK
 
-    @property
+    @cached_property  # a median over every pair of requests: computed once, however often it is asked
     def ttft_growth(self) -> float | None:
-        """Seconds of TTFT gained per second of arrivals (:func:`ttft_growth`); None for fewer than 3 TTFTs."""
-        sent = [s for s, (ttft, _, _) in zip(self.sent_s, self.latencies) if ttft is not None]
-        return ttft_growth(sent, [ttft for ttft, _, _ in self.latencies if ttft is not None])
+        """Seconds of TTFT gained per second of arrivals (:func:`ttft_growth`); None for fewer than 3 TTFTs
+        with their send times (a file saved without ``sent_s`` has none)."""
+        pairs = [(sent, ttft) for sent, (ttft, _, _) in zip(self.sent_s, self.latencies) if ttft is not None]
+        return ttft_growth([sent for sent, _ in pairs], [ttft for _, ttft in pairs])
 
     @property
     def keeps_up(self) -> bool | None:
