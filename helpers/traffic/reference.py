@@ -43,13 +43,14 @@ def recorded_sweep(model: str, folder: Path = RECORDED) -> tuple[list[RatePoint]
 
 def beside_reference(points: Sequence[RatePoint], about: Mapping[str, Any],
                      reference: tuple[Sequence[RatePoint], Mapping[str, Any]] | None) -> str:
-    """A Markdown table, one row per (run, setting): saturation measured and predicted, TTFT and TPOT p50 at
-    the lightest rate; then :func:`ratio_sentence`. Without a reference, says so (nothing is invented)."""
+    """A Markdown table, one row per (run, setting): saturation measured and predicted, TTFT p50 at the
+    lightest rate; then :func:`ratio_sentence`. Without a reference, says so (nothing is invented). No TPOT
+    column: which setting decodes faster at light load is the lab's question 2, asked after this table."""
     if reference is None:
         return "No recorded sweep for this model in `results/gpu/lab2/`: only your run to show."
     ref_points, ref_about = reference
-    header = ("| run | setting | saturation measured (req/s) | predicted (req/s) | TTFT p50 at the lightest rate "
-              "| TPOT p50 there |\n|---|---|---|---|---|---|\n")
+    header = ("| run | setting | saturation measured (req/s) | predicted (req/s) | TTFT p50 at the lightest rate |"
+              "\n|---|---|---|---|---|\n")
     rows = _rows("yours", points, about) + _rows(_recorded_label(ref_about), ref_points, ref_about)
     return header + "\n".join(rows) + "\n\n" + ratio_sentence(points, about, ref_points, ref_about)
 
@@ -84,8 +85,7 @@ def _rows(run: str, points: Sequence[RatePoint], about: Mapping[str, Any]) -> li
         lightest = min((p for p in points if p.ran and p.setting == label), key=lambda p: p.offered_rate)
         measured = f"{seen.estimate:.3g}" if seen.estimate is not None else f"above {seen.last_kept_up:g}"
         guess = f"{predicted[label]:.3g}" if label in predicted else "not recorded"
-        rows.append(f"| {run} | {label} | {measured} | {guess} | {_fmt(lightest.ttft_p50_s, 's')} "
-                    f"| {_fmt(lightest.tpot_p50_ms, 'ms')} |")
+        rows.append(f"| {run} | {label} | {measured} | {guess} | {_fmt(lightest.ttft_p50_s, 's')} |")
     return rows
 
 
