@@ -142,3 +142,28 @@ def test_listens_on_sees_a_childs_listening_socket_and_nothing_else():
         child.kill()
         child.wait()
     assert not process.listens_on(child.pid, port)  # gone: nothing listens
+
+
+# A process titled like vLLM's engine that forks a copy of itself (the copy keeps the title, as a
+# multiprocessing fork or a passing helper does): only the first is a process the server cannot lose.
+TITLED = """
+import os, sys, time, setproctitle
+setproctitle.setproctitle("VLLM::EngineCore")
+if os.fork() == 0:
+    time.sleep(120)
+print("ready", flush=True); time.sleep(120)
+"""
+
+
+def test_a_fork_that_keeps_its_parents_vllm_title_is_not_a_core_process():
+    leader = subprocess.Popen([sys.executable, "-c", TITLED], start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert leader.stdout.readline().strip() == b"ready"
+        procs = group.members(leader.pid)
+        names = sorted(group.name_of(proc) for proc in procs)
+        assert names == ["VLLM::EngineCore", "VLLM::EngineCore"]            # the copy carries the title
+        assert group.core_processes(procs, leader.pid) == {leader.pid: "VLLM::EngineCore"}
+    finally:
+        group.end_session(leader.pid, 1.0)
+        leader.wait(timeout=10)

@@ -83,13 +83,23 @@ def name_of(proc: psutil.Process) -> str:
 def core_processes(procs: list[psutil.Process], session: int) -> dict[int, str]:
     """Which of a session's processes the server cannot lose: pid -> name. The API server, vLLM's
     titled ones, and the resource tracker, which lives as long as they do (a compile worker or
-    a passing subprocess is not one of them)."""
+    a passing subprocess is not one of them). A process forked by a titled one keeps its title until it
+    runs something else: a child named like its parent is such a passing copy, not a second engine."""
     core = {}
     for proc in procs:
         name = name_of(proc)
-        if proc.pid == session or name.startswith(CORE_TITLE) or name == "resource_tracker":
+        titled = name.startswith(CORE_TITLE) and not _parent_named(proc, name)
+        if proc.pid == session or titled or name == "resource_tracker":
             core[proc.pid] = name
     return core
+
+
+def _parent_named(proc: psutil.Process, name: str) -> bool:
+    try:
+        parent = proc.parent()
+    except psutil.Error:
+        return False
+    return parent is not None and name_of(parent) == name
 
 
 def shared_memory_files(procs: list[psutil.Process]) -> set[str]:
