@@ -146,9 +146,9 @@ def test_listens_on_sees_a_childs_listening_socket_and_nothing_else():
 
 # A process titled like vLLM's engine that forks a copy of itself (the copy keeps the title, as a
 # multiprocessing fork or a passing helper does): only the first is a process the server cannot lose.
+# The title is the child's argv[0] (what setproctitle writes), so the test needs only the standard library.
 TITLED = """
-import os, sys, time, setproctitle
-setproctitle.setproctitle("VLLM::EngineCore")
+import os, time
 if os.fork() == 0:
     time.sleep(120)
 print("ready", flush=True); time.sleep(120)
@@ -156,7 +156,7 @@ print("ready", flush=True); time.sleep(120)
 
 
 def test_a_fork_that_keeps_its_parents_vllm_title_is_not_a_core_process():
-    leader = subprocess.Popen([sys.executable, "-c", TITLED], start_new_session=True,
+    leader = subprocess.Popen(["VLLM::EngineCore", "-c", TITLED], executable=sys.executable, start_new_session=True,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert leader.stdout.readline().strip() == b"ready"
