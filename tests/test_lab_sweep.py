@@ -117,9 +117,10 @@ def test_one_server_per_setting_runs_every_repetition_saves_it_and_stops(monkeyp
     assert [w.seed for w in result.workloads] == [0, 1, 0, 1] and result.plan == SweepPlan(2, 4, 64)
     assert all(run.settings["other_vllm_servers_at_start"] == 0 for run in result.runs)
     out = capsys.readouterr().out
-    assert "max_num_seqs=8: server ready in 1 s" in out and "32.0 output tok/s, wall 2.0 s" in out
+    assert "max_num_seqs=8: server ready in 1 s" in out and "1 of 1 requests ok, wall 2.0 s, errors 0; 32.0 output tok/s" in out
 
     log.clear()
     fitted = asyncio.run(run_sweep((8, 64), SweepPlan(2, 4, 64), tmp_path / "fitted", fit=fit))
+    assert "1 of 1 requests ok, wall 2.0 s, errors 0\n" in capsys.readouterr().out  # the lab's: no answers in it
     assert [entry for entry in log if entry[0] == "run"] == [("run", 8, 0, 32), ("run", 64, 0, 32)]
     assert fitted.plan == SweepPlan(1, 4, 32)
