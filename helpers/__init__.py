@@ -12,8 +12,13 @@ Rooms (subpackages), each opened by a docstring that lists its modules:
 
 Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
 ``validate`` (clear errors for bad arguments), ``feedback`` (every exercise's verdict), ``units``
-(durations and shares printed in the unit that shows them), ``colab``.
+(durations and shares printed in the unit that shows them), ``colab``, ``answer_audit`` (the tests' check
+that no exercise's answer is printed above it).
 
 A room imports the shared modules and the rooms listed before it, never one after it; each
 module has one role: a pure core, I/O, drawing, or notebook glue (``tests/test_layout.py``).
 """
+
+from helpers import answer_audit
+
+answer_audit.install()  # records what cells show, only while the course audits itself (answer_audit's docstring)

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from helpers import answer_audit
+
 MARKS = {True: "✅", False: "❌", None: "✏️"}
 
 
@@ -60,6 +62,8 @@ def graded(grade: Callable[..., Feedback], *args: Any, **kwargs: Any) -> Feedbac
     """
     try:
         return grade(*args, **kwargs)
+    except answer_audit.AnswerShownAbove:
+        raise  # the course's own mistake, found while auditing: not the learner's
     except Exception as error:  # noqa: BLE001  (a learner's odd answer must not stop the notebook)
         return Feedback(False, f"Could not check this answer ({type(error).__name__}: {error}).")
 
@@ -72,6 +76,7 @@ def show(feedback: Feedback) -> None:
 def grade_number(answer: object, expected: float, *, name: str, rel_tol: float = 0.0,
                  abs_tol: float = 0.0, hint: str = "") -> Feedback:
     """A numeric answer against the expected value, within ``rel_tol`` / ``abs_tol``."""
+    answer_audit.expect(name, expected)
     if answer is None:
         return Feedback(None, f"{name}: not answered yet (set `answer` above and run the cell again).")
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(float(answer)):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from helpers import validate
+from helpers import answer_audit, validate
 from helpers.batching.sim import simulate_continuous, simulate_static
 from helpers.batching.step_time import StepTimeModel
 from helpers.batching.trace import (
@@ -72,15 +72,16 @@ def describe_tiny_trace() -> str:
 
 
 def _utilization(answer: Any, policy: str) -> Feedback:
+    simulate = simulate_static if policy == "static" else simulate_continuous
+    result = simulate(list(TINY_TRACE), TINY_MAX_NUM_SEQS, UNIT_STEPS)
+    right = result.summary.slot_utilization
+    answer_audit.expect(f"{policy} utilization", right)
     if answer is None:
         return _unanswered("Set `answer` to a fraction between 0 and 1, e.g. 0.5.")
     value = _number(answer)
     note = ""
     if 1 < value <= 100:
         value, note = value / 100, f"(read {answer} as {value / 100:.3f}, a percentage) "
-    simulate = simulate_static if policy == "static" else simulate_continuous
-    result = simulate(list(TINY_TRACE), TINY_MAX_NUM_SEQS, UNIT_STEPS)
-    right = result.summary.slot_utilization
     busy = round(right * TINY_MAX_NUM_SEQS * result.summary.num_steps)
     if abs(value - right) <= 0.01:
         return _right(f"{note}{policy.capitalize()} batching keeps {busy} of "
@@ -198,10 +199,12 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
     Accepts the exact real value, or a whole number within one of it.
     """
     model = model or StepTimeModel()
+    exact = batch_for_fraction_of_ceiling(model)
+    needed = math.ceil(exact - 1e-9)
+    answer_audit.expect("batch for 80% of the ceiling", exact, needed)
     if answer is None:
         return _unanswered("Set `answer` to a batch size (a number of requests).")
-    value, exact = _number(answer), batch_for_fraction_of_ceiling(model)
-    needed = math.ceil(exact - 1e-9)
+    value = _number(answer)
     ceiling = decode_ceiling_tok_s(model)
     if abs(value - exact) <= max(1.0, 0.03 * exact):
         return _right(f"b = 4 x overhead_s / decode_seq_s = 4 x {1000 * model.overhead_s:.1f} / "

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from helpers import answer_audit
 from helpers.feedback import Feedback, graded, not_answered, show
 from helpers.paged.cache import PagedKVCache
 from helpers.paged.capacity import LAB_MIX, LengthMix, fit
@@ -54,9 +55,10 @@ def blocks_after_tokens(num_tokens: int = 37, block_size: int = 16) -> tuple[int
 
 
 def grade_blocks_after_tokens(answer: Any, num_tokens: int = 37, block_size: int = 16) -> Feedback:
+    blocks, empty = blocks_after_tokens(num_tokens, block_size)
+    answer_audit.expect("blocks after tokens", blocks, empty)
     if answer is None:
         return not_answered("(blocks, empty_slots)")
-    blocks, empty = blocks_after_tokens(num_tokens, block_size)
     given = _as_ints(answer, 2)
     if given is None:
         return Feedback(False, "Give two whole numbers: (blocks in the block table, empty slots in those blocks).")
@@ -93,9 +95,10 @@ def shared_blocks(block_size: int, system_prompt_len: int = 64) -> int:
 
 
 def grade_shared_blocks(answer: Any, block_sizes: tuple[int, int] = (16, 128), system_prompt_len: int = 64) -> Feedback:
+    right = tuple(shared_blocks(bs, system_prompt_len) for bs in block_sizes)
+    answer_audit.expect("shared blocks", *right)
     if answer is None:
         return not_answered(f"(shared_at_{block_sizes[0]}, shared_at_{block_sizes[1]})")
-    right = tuple(shared_blocks(bs, system_prompt_len) for bs in block_sizes)
     given = _as_ints(answer, 2)
     if given is None:
         return Feedback(False, "Give two whole numbers, one per block size.")
@@ -170,9 +173,10 @@ def lab_fit_on_gpu_pool(mix: LengthMix = LAB_MIX) -> tuple[int, int]:
 
 
 def grade_lab_fit(answer: Any) -> Feedback:
+    right = lab_fit_on_gpu_pool()
+    answer_audit.expect("the lab on a GPU pool", *right)
     if answer is None:
         return not_answered("(naive, paged)")
-    right = lab_fit_on_gpu_pool()
     given = _as_ints(answer, 2)
     if given is None:
         return Feedback(False, "Give two whole numbers: (requests that fit naively, requests that fit paged).")

@@ -1,0 +1,131 @@
+"""The course's check on itself: no exercise's numeric answer is printed by a cell above the exercise.
+
+Off unless ``VLLM_COURSE_AUDIT_ANSWERS=1`` is in the kernel's environment (``tests/conftest.py`` sets it, so
+every notebook nbval runs in ``make test``, and the lab copies ``tests/test_filled_learner_lab.py`` runs,
+are audited). On, :func:`install` records every text a cell shows (its prints, its ``display`` of text,
+Markdown, HTML or a table, its result) with the cell's execution count, and :func:`expect`, which every
+grader calls with the answer it expects, raises :class:`AnswerShownAbove` when an earlier cell showed that
+number. "Earlier" leaves out the grading cell and the cell just before it (the learner's answer cell, which
+may compute and print the answer once the learner has written it).
+
+What counts as "that number": a number shown with at least three significant digits that rounds to the answer
+at the precision it was shown (``33.5`` shows 33.47; ``45.2%`` shows 0.4523). Shorter numbers are left out: they
+appear everywhere, and matched by chance (on 2026-12-02, "47" in a list of output lengths "showed" a batch size of
+47, and "83%" of another trace a utilization of 0.833; a one-digit count matches "2.0x"). So are
+multiple-choice answers (a letter or a setting's name) and plots (text inside a figure is not read).
+
+Example::
+
+    >>> shown_as(33.47, "the clock: 33.5 ms a step")
+    '33.5'
+    >>> shown_as(0.4523, "hit rate 45.2%"), shown_as(47, "lengths [45, 47]"), shown_as(1200, "1,200 tokens")
+    ('45.2%', None, '1,200')
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from typing import Any
+
+from helpers.errors import CourseError
+
+AUDIT_ENV = "VLLM_COURSE_AUDIT_ANSWERS"
+NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
+TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
+SIGNIFICANT_DIGITS = 3  # the fewest a shown number needs to count as showing an answer
+
+_shown: list[tuple[int, str]] = []  # (cell, text) of everything cells showed, in order
+_cells = [0]  # cells run since install, 0 before (not IPython's count: nbval runs cells outside the history)
+
+
+class AnswerShownAbove(CourseError, AssertionError):
+    """An exercise whose answer an earlier cell already printed (raised only while auditing)."""
+
+
+def enabled() -> bool:
+    return os.environ.get(AUDIT_ENV) == "1"
+
+
+def install() -> None:
+    """Start recording what cells show (once per kernel; nothing outside IPython or with auditing off)."""
+    shell = _shell()
+    if _cells[0] or shell is None or not enabled():
+        return
+
+    # IPython 9 wraps each stream's write in one of its own for the length of a cell, and puts the
+    # original back after it: so the recorder wraps whatever write a cell starts with, cell by cell.
+    def next_cell(*_: Any) -> None:
+        _cells[0] += 1
+        for stream in (sys.stdout, sys.stderr):
+            if not getattr(stream.write, "records_for_audit", False):  # older IPython leaves ours in place
+                stream.write = _recording(stream.write)
+
+    next_cell()
+    shell.events.register("pre_run_cell", next_cell)
+    publish = shell.display_pub.publish
+
+    def publish_and_record(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        _record(" ".join(str(data[kind]) for kind in TEXT_TYPES if kind in data))
+        return publish(data, *args, **kwargs)
+
+    shell.display_pub.publish = publish_and_record
+    write_result = shell.displayhook.write_format_data
+
+    def write_result_and_record(format_dict: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        _record(str(format_dict.get("text/plain", "")))
+        return write_result(format_dict, *args, **kwargs)
+
+    shell.displayhook.write_format_data = write_result_and_record
+
+
+def expect(name: str, *answers: float) -> None:
+    """Raise :class:`AnswerShownAbove` if a cell above the exercise ``name`` showed one of its ``answers``."""
+    if not _cells[0]:  # not installed: not auditing
+        return
+    earlier = "".join(text for cell, text in _shown if cell < _cells[0] - 1)
+    for answer in answers:
+        token = shown_as(answer, earlier)
+        if token is not None:
+            at = earlier.find(token)
+            context = " ".join(earlier[max(0, at - 80):at + 40].split())
+            raise AnswerShownAbove(f"exercise {name!r}: its answer {answer:g} is shown above the exercise, as "
+                                   f"{token!r} in: ...{context}... Move that output below the check, or ask for a "
+                                   "prediction before it.")
+
+
+def shown_as(answer: float, text: str) -> str | None:
+    """The first number in ``text`` that shows ``answer`` (see the module's docstring), or None."""
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
+        return None
+    for token in NUMBER.findall(text):
+        digits = token.rstrip("%").replace(",", "").lstrip("-")
+        if len(digits.replace(".", "").lstrip("0")) < SIGNIFICANT_DIGITS:
+            continue
+        value = float(digits) * (-1 if token.startswith("-") else 1)
+        half_unit = 0.5 * 10 ** -(len(digits.split(".")[1]) if "." in digits else 0)
+        readings = [(value, half_unit)] + ([(value / 100, half_unit / 100)] if token.endswith("%") else [])
+        if any(abs(shown - answer) <= unit * (1 + 1e-9) for shown, unit in readings):
+            return token
+    return None
+
+
+def _shell() -> Any:
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _recording(write: Any) -> Any:
+    def write_and_record(text: str) -> Any:
+        _record(text)
+        return write(text)
+
+    write_and_record.records_for_audit = True
+    return write_and_record
+
+
+def _record(text: str) -> None:
+    if text:
+        _shown.append((_cells[0], text))

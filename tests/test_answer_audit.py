@@ -1,0 +1,82 @@
+"""The audit that fails a notebook whose exercise answer is printed above the exercise (helpers.answer_audit).
+
+tests/conftest.py switches it on for the whole session, so nbval's kernels and the lab copies inherit it;
+these tests run it in a real kernel, through nbclient and through nbval (the two ways make test executes
+notebooks), on small notebooks with the answer shown before or after its check.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from helpers.answer_audit import AUDIT_ENV, shown_as
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SETUP = "import helpers\nfrom helpers.feedback import check_number"
+SHOW = "print('the clock: 33.5 ms a step')"
+ANSWER = "answer = None"
+CHECK = "check_number(answer, 33.47, name='step time', rel_tol=0.05)"
+
+
+def notebook(*sources: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+
+
+def execute(nb: nbformat.NotebookNode) -> None:
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+
+
+def test_the_session_audits_every_kernel_it_starts():
+    assert os.environ[AUDIT_ENV] == "1"
+
+
+def test_an_answer_printed_above_its_exercise_fails_the_notebook():
+    with pytest.raises(CellExecutionError, match=r"AnswerShownAbove.*step time.*'33.5'"):
+        execute(notebook(SETUP, SHOW, ANSWER, CHECK))
+
+
+def test_an_answer_shown_by_a_markdown_display_or_a_cells_result_fails_too():
+    markdown = "from IPython.display import Markdown, display\ndisplay(Markdown('**1,430** requests fit'))"
+    with pytest.raises(CellExecutionError, match=r"requests.*'1,430'"):
+        execute(notebook(SETUP, markdown, ANSWER, "check_number(answer, 1430, name='requests')"))
+    with pytest.raises(CellExecutionError, match="AnswerShownAbove"):
+        execute(notebook(SETUP, "33.47", ANSWER, CHECK))
+
+
+def test_the_same_numbers_after_the_check_or_in_the_answer_cell_pass():
+    nb = notebook(SETUP, ANSWER, CHECK, SHOW)
+    execute(nb)
+    assert "not answered yet" in nb.cells[2].outputs[0]["text"]
+    execute(notebook(SETUP, "answer = 33.5\nprint(answer)", CHECK))   # the learner's own answer cell
+
+
+def test_nbval_runs_fail_the_same_way(tmp_path):
+    for name, cells, code in (("shown", (SETUP, SHOW, ANSWER, CHECK), 1), ("after", (SETUP, ANSWER, CHECK, SHOW), 0)):
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(notebook(*cells), path)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                              "--rootdir", str(tmp_path), str(path)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+        assert run.returncode == code, run.stdout[-2000:]
+        assert ("AnswerShownAbove" in run.stdout) == (code == 1)
+
+
+def test_off_outside_the_audit(monkeypatch):
+    monkeypatch.setenv(AUDIT_ENV, "0")
+    execute(notebook(SETUP, SHOW, ANSWER, CHECK))
+
+
+@pytest.mark.parametrize(("answer", "text", "token"), [
+    (33.47, "33.5 ms", "33.5"), (33.47, "33.4 ms", None), (0.4523, "hit rate 45.2%", "45.2%"), (45.2, "45.2%", "45.2%"),
+    (8192, "8,192 tokens", "8,192"), (7, "7 blocks", None), (3.04, "0.30 s and 3.04", "3.04"), (143, "H143, 1143", None),
+    (2, "2.00x", "2.00"), (47, "[45, 47]", None), (0.833, "83%", None), (-0.125, "a slope of -0.125", "-0.125"),
+])
+def test_a_number_shows_the_answer_when_it_rounds_to_it_with_three_digits_or_more(answer, text, token):
+    assert shown_as(answer, text) == token
