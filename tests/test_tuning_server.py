@@ -67,3 +67,27 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens_of_the_same_pool():
             model=fp8.model_name, messages=[{"role": "user", "content": "What is the capital of France?"}],
             max_tokens=8, temperature=0)
         assert reply.usage.completion_tokens >= 1
+
+
+def test_a_passed_cap_and_the_default_memory_fraction_are_read_back_from_the_server(server):
+    from helpers.tuning.command import engine_settings
+
+    s = engine_settings("fixture", cache_config_info(server), server.log_text(), None,
+                        device="cpu" if ON_CPU else "cuda")
+    assert (s.max_num_seqs, s.max_num_seqs_source) == (8, "passed on the command line")
+    assert s.prefix_caching == "True"
+
+
+@pytest.mark.skipif(not ON_CPU, reason="the CPU build's handling of --gpu-memory-utilization beside an explicit pool")
+def test_on_cpu_the_modules_command_keeps_the_courses_pool_and_records_the_fraction_it_ignores():
+    from dataclasses import asdict
+
+    from helpers.tuning.command import MODULE_COMMAND, engine_settings
+
+    with start_server(**MODULE_COMMAND, max_model_len=1024, quiet=True) as command:
+        info = cache_config_info(command)
+        s = engine_settings("module's command", info, command.log_text(), asdict(command.kv_cache), device="cpu")
+    assert (s.max_num_seqs, s.max_num_seqs_source) == (256, "passed on the command line")
+    assert s.gpu_memory_utilization == "0.9" and s.prefix_caching == "True"
+    assert s.kv_pool_bytes == int(DEFAULT_CPU_KV_CACHE_GIB * 2**30)  # the course's pool, not 0.9 of the machine
+    assert s.kv_tokens == command.kv_cache.num_tokens

@@ -11,6 +11,8 @@ Used by ``notebooks/05_throughput_tuning.ipynb``. Modules, by role:
   server settings;
 - :mod:`~helpers.tuning.comparison` (pure): before/after ratios and the sentences about them;
 - :mod:`~helpers.tuning.report` (pure): the Markdown checklist and memory table;
+- :mod:`~helpers.tuning.ranking` (pure): the module text's "order of impact" judged with a run's factors;
+- :mod:`~helpers.tuning.command` (pure): the module's tuning command beside the settings a default server ran with;
 - :mod:`~helpers.tuning.roofline` (pure, and a copy benchmark): the memory-bandwidth bound of a decode step;
 - :mod:`~helpers.tuning.startup` (pure, and its results file): compiled against eager start-up on a GPU;
 - :mod:`~helpers.tuning.plots` (drawing): the notebook's figures;

@@ -1,5 +1,5 @@
 """The tuning notebook's figures: KV capacity, one lever before and after, the engine's batch
-over time, the throughput / latency trade-off, and prefix caching.
+over time, the throughput / latency trade-off, prefix caching, and the levers' measured order of impact.
 
 Every function takes :class:`helpers.tuning.measurement.Measurement` objects (or numbers derived
 from them), returns a matplotlib Figure, and titles it with the finding computed from the data.
@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from helpers.drawing import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
 from helpers.load.summary import describe_failures
 from helpers.paged.kv_math import tokens_that_fit
-from helpers.drawing import ERROR_COLOR, GENERATE_COLOR, WAIT_COLOR, setting_colors
 from helpers.tuning.arithmetic import GIB
 from helpers.tuning.comparison import compare_measurements, describe_ratio
 from helpers.tuning.measurement import CapacityPoint
+from helpers.tuning.ranking import MODULE_ORDER, rank
 
 
 def plot_kv_capacity(points: Sequence[CapacityPoint], block_size: int, max_model_len: int) -> Figure:
@@ -260,4 +261,34 @@ def plot_prefix(off: Any, on: Any) -> Figure:
     failures = _failures([off, on])
     fig.suptitle(f"Prefix caching found {rate:.0%} of the prompt tokens in its cache; median TTFT {medians}"
                  + (f"\n{failures}" if failures else ""), fontsize=11)
+    return fig
+
+
+def plot_impacts(impacts: Sequence[Any], finding: str, noise: float = 0.25) -> Figure:
+    """Each measured lever's size (how many times its better setting's output tok/s is the other's, either way), as
+    bars in measured order, labelled with the module text's place for it; the dotted line is the noise. ``impacts``
+    are :class:`helpers.tuning.ranking.LeverImpact`; ``finding`` (e.g. ranking.score's line) titles the figure.
+
+    >>> from helpers.tuning.ranking import LeverImpact
+    >>> fig = plot_impacts([LeverImpact("kv pool", 2.0, "a"), LeverImpact("prefix caching", 4.5, "b")], "1 of 1 right")
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()]  # the largest first, drawn at the top
+    ['prefix caching (module: 4th)', 'kv pool (module: 1st)']
+    """
+    ranked = rank(impacts)
+    fig = Figure(figsize=(8.5, 0.6 * max(len(ranked), 1) + 1.8), layout="constrained")
+    ax = fig.subplots()
+    ordinal = {1: "1st", 2: "2nd", 3: "3rd", 4: "4th"}
+    names = [f"{i.lever} (module: {ordinal.get(MODULE_ORDER.index(i.lever) + 1, '?')})" for i in ranked]
+    sizes = [i.size for i in ranked]
+    ys = np.arange(len(ranked))[::-1]  # the largest at the top
+    ax.barh(ys, [s - 1 for s in sizes], left=1, color=GENERATE_COLOR)
+    for y, i in zip(ys, ranked):
+        ax.text(i.size * 1.03, y, f"{i.size:.2f}x ({i.settings})", va="center", fontsize=9)
+    ax.axvline(1 + noise, color=WAIT_COLOR, linestyle=":", label=f"noise: {noise:.0%}")
+    ax.set_xscale("log")
+    ax.set_xlim(1, max(sizes + [1 + noise]) * 2.5)
+    ax.set_yticks(ys, names)
+    ax.set_xlabel("size: output tok/s, better setting / other, either way (x, log scale)")
+    ax.legend(loc="lower right", fontsize=9)
+    fig.suptitle(f"Measured order of impact: {finding}", fontsize=11)
     return fig
