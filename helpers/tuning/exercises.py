@@ -42,11 +42,13 @@ def grade_pool_blocks(answer: Any, measurement: Any) -> Feedback:
                         hint="divide the token slots the server reported by its block size.")
 
 
-def grade_hit_rate(answer: Any, measurement: Any) -> Feedback:
-    """The prefix-cache hit rate of a run: hits / queries, both counted in prompt tokens."""
-    rate = measurement.prefix_hit_rate
-    return grade_number(answer, rate if rate is not None else 0.0, name="prefix-cache hit rate", abs_tol=0.005,
-                        hint="a fraction between 0 and 1: prefix_cache_hits / prefix_cache_queries over the run.")
+def grade_hits_per_request(answer: Any, measurement: Any) -> Feedback:
+    """Prompt tokens the prefix cache served each request after the first, on average: the run's hits (last sample
+    minus the first) over its requests but one (the first finds nothing to share)."""
+    later = max(measurement.summary.num_requests - 1, 1)
+    return grade_number(answer, measurement.prefix_cache_hits / later, name="cached prompt tokens per request",
+                        rel_tol=0.01, hint="prefix_cache_hits of the last sample minus the first, over the requests "
+                                           "after the first: len(prefix_on.run.records) - 1.")
 
 
 def grade_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> Feedback:
@@ -82,8 +84,8 @@ def check_pool_blocks(answer: Any, measurement: Any) -> None:
     show(graded(grade_pool_blocks, answer, measurement))
 
 
-def check_hit_rate(answer: Any, measurement: Any) -> None:
-    show(graded(grade_hit_rate, answer, measurement))
+def check_hits_per_request(answer: Any, measurement: Any) -> None:
+    show(graded(grade_hits_per_request, answer, measurement))
 
 
 def check_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> None:
