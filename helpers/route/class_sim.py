@@ -7,8 +7,9 @@ process of their own, seeded per student), whether or not the server has answere
 one. :func:`class_plan` draws those arrival times (pure, seeded: the same arguments give the same
 class); :func:`class_workload` turns them into one :class:`~helpers.load.workload.Workload` of
 the lab's prompts (each request remembers its student); :func:`run_class` sends it to a server
-or a router with the course's load tester and returns a :class:`ClassRun`, whose records
-:mod:`helpers.route.class_report` reads per student.
+or a router with the course's load tester, :func:`run_class_pinned` to several servers without a
+router (student *s* always to server *s mod N*, the split a router would make at best), and each
+returns a :class:`ClassRun`, whose records :mod:`helpers.route.class_report` reads per student.
 
 Leaves out: students reading answers before they send the next request (a closed loop), and
 students who wait for a slow reply: here nobody slows down because the server did.
@@ -24,7 +25,9 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from helpers import validate
@@ -118,3 +121,26 @@ async def run_class(target: Any, lesson: ClassWorkload, *, label: str, num_repli
     its error, and counts against its student."""
     run = await run_load_test(target, lesson.workload, timeout_s=timeout_s, label=label)
     return ClassRun(label, num_replicas, lesson.plan, run)
+
+
+async def run_class_pinned(servers: Sequence[Any], lesson: ClassWorkload, *, label: str,
+                           timeout_s: float = 120.0) -> ClassRun:
+    """Send the class to ``servers`` without a router: student *s*'s requests all to ``servers[s % N]``, each
+    server's share sent by its own load test, all at once (open loop, each request at its time).
+
+    What it isolates: the same replicas, the same class, no router process in between. The records of all
+    servers are kept together, as one run's."""
+    servers = list(servers)
+    parts = []
+    for place, server in enumerate(servers):
+        mine = tuple(spec for spec, student in zip(lesson.workload.requests, lesson.plan.students)
+                     if student % len(servers) == place)
+        if mine:
+            parts.append((server, replace(lesson.workload, requests=mine)))
+    runs = await asyncio.gather(*(run_load_test(server, part, timeout_s=timeout_s, label=f"{label}: {server.url}")
+                                  for server, part in parts))
+    first = runs[0]
+    merged = LoadTestRun(label, {**first.settings, "pinned": "student s to server s mod N, no router"},
+                         first.server, first.hardware, first.started_at, max(run.wall_s for run in runs),
+                         [record for run in runs for record in run.records], first.cpu_cores)
+    return ClassRun(label, len(servers), lesson.plan, merged)

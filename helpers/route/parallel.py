@@ -39,7 +39,7 @@ from helpers import validate
 from helpers.paged.kv_math import kv_bytes_per_token
 from helpers.tuning.arithmetic import GIB, LLAMA_31_8B, count_parameters
 
-__all__ = ["LLAMA_31_8B", "LLAMA_31_70B", "ParallelPlan", "data_parallel_plan", "tensor_parallel_plan"]
+__all__ = ["LLAMA_31_8B", "LLAMA_31_70B", "ParallelPlan", "data_parallel_plan", "describe_plan", "tensor_parallel_plan"]
 
 # Llama-3.1-70B's public shapes: weights that no single GPU of 2026 holds in bf16.
 LLAMA_31_70B = {"vocab_size": 128256, "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,

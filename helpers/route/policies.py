@@ -92,13 +92,15 @@ class PolicyResult:
         summary = self.run.summary
         rate = f"{self.hit_rate:.0%}" if self.hit_rate is not None else "n/a"
         ttft = f"{summary.ttft_p50_s:.2f} s" if summary.ttft_p50_s is not None else "n/a"
+        e2e = f"{summary.e2e_p50_s:.2f} s" if summary.e2e_p50_s is not None else "n/a"
         return (f"{self.policy}: requests per replica {self.requests_per_replica}, prompt tokens from the prefix "
-                f"cache {rate}, TTFT p50 {ttft}, {summary.num_ok} of {summary.num_requests} ok in {self.run.wall_s:.1f} s")
+                f"cache {rate}, TTFT p50 {ttft}, end-to-end p50 {e2e}, {summary.num_ok} of {summary.num_requests} "
+                f"ok in {self.run.wall_s:.1f} s")
 
     def to_dict(self) -> dict[str, Any]:
         summary = self.run.summary
         return {"policy": self.policy, "requests_per_replica": self.requests_per_replica, "hit_rate": self.hit_rate,
-                "ttft_p50_s": summary.ttft_p50_s, "num_ok": summary.num_ok, "wall_s": round(self.run.wall_s, 2),
+                "ttft_p50_s": summary.ttft_p50_s, "e2e_p50_s": summary.e2e_p50_s, "num_ok": summary.num_ok, "wall_s": round(self.run.wall_s, 2),
                 "output_tok_per_s": summary.output_tok_per_s,
                 "shares": [vars(share) for share in self.shares]}
 
