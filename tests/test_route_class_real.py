@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from helpers.route.class_report import class_report
-from helpers.route.class_sim import class_plan, class_workload, run_class
+from helpers.route.class_sim import class_plan, class_workload, run_class, run_class_pinned
 from helpers.route.policies import measure_policy
 from helpers.route.prefix_workload import grouped_prefix_workload
 from helpers.route.replicas import start_replicas
@@ -40,6 +40,15 @@ def test_a_small_class_through_the_router_is_reported_per_student_from_its_own_r
     print(report.describe())
     assert report.num_ok == 6 and [view.num_requests for view in report.views] == [2, 2, 2]
     assert report.num_within == 3 and all(view.p95_e2e_s < 60 for view in report.views)
+
+
+def test_a_class_pinned_to_servers_without_a_router_keeps_every_students_records(replicas):
+    plan = class_plan(2, requests_each=2, gap_s=0.5, start_within_s=0.5, seed=1)
+    lesson = class_workload(replicas[0], plan, prompt_lens=(16,), output_tokens=4)
+    ran = asyncio.run(asyncio.wait_for(run_class_pinned(list(replicas), lesson, label="pinned"), 180))
+    assert sorted(record.index for record in ran.run.records) == [0, 1, 2, 3]
+    report = class_report(ran, target_s=60.0)
+    assert report.num_ok == 4 and [view.num_requests for view in report.views] == [2, 2]
 
 
 def test_a_policy_measured_through_a_real_router_counts_the_replicas_prefix_hits(replicas):
