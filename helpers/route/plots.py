@@ -97,7 +97,7 @@ def plot_class(reports: Sequence[Any]) -> Figure:
                         textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
     target = reports[0].target_s
     ax.axhline(target, color="black", linestyle="--", label=f"target: {target:g} s")
-    ax.set_xticks(range(len(reports)), [r.label for r in reports])
+    ax.set_xticks(range(len(reports)), [r.label.replace(" (", "\n(") for r in reports], fontsize=8)
     ax.set_xlim(-0.6, len(reports) - 0.4)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("setup")
