@@ -140,5 +140,5 @@ def test_the_figures_are_titled_with_their_finding_and_label_their_axes():
                                                      "time to first token, p50 (s)"]
     reports = [ClassReport("1 replica", 1, 5.0, "", (StudentView(0, 3, 3, 1.0, True),), 3, 3, 9.0, 0.2, ""),
                ClassReport("2 replicas", 2, 5.0, "", (StudentView(0, 3, 2, 6.0, False),), 2, 3, 9.0, 0.2, "")]
-    assert class_finding(reports) == "Within 5 s at p95: 1 of 1 students with 1 replica; 0 of 1 students with 2 replicas"
+    assert class_finding(reports) == "Students within 5 s at their p95, 1 replica: 1 of 1; 2 replicas: 0 of 1"
     assert plot_class(reports).axes[0].get_xlabel() == "setup"

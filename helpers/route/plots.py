@@ -13,7 +13,7 @@ Example::
     ...                   6, 6, 20.0, 0.3, "")
     >>> fig = plot_class([one])
     >>> fig.axes[0].get_ylabel(), fig.axes[0].get_title()
-    ('p95 latency the student saw (s)', 'Within 5 s at p95: 1 of 2 students with 1 replica')
+    ('p95 latency the student saw (s)', 'Students within 5 s at their p95, 1 replica: 1 of 2')
 """
 
 from __future__ import annotations
@@ -76,9 +76,12 @@ def plot_routing(results: Sequence[Any]) -> Figure:
 
 def class_finding(reports: Sequence[Any]) -> str:
     """The class figure's title: how many students each setup kept within the target."""
-    parts = [f"{r.num_within} of {len(r.views)} students with {r.label}" for r in reports]
+    parts = [f"{r.label}: {r.num_within} of {len(r.views)}" for r in reports]
     target = reports[0].target_s if reports else 0
-    return f"Within {target:g} s at p95: " + "; ".join(parts)
+    lines = [f"Students within {target:g} s at their p95, {parts[0]}" if parts else "No class run"]
+    for part in parts[1:]:  # a new line where the next setup would not fit: the title stays inside the figure
+        lines[-1:] = [lines[-1] + "; " + part] if len(lines[-1]) + len(part) < 88 else [lines[-1] + ";", part]
+    return "\n".join(lines)
 
 
 def plot_class(reports: Sequence[Any]) -> Figure:
