@@ -22,7 +22,7 @@ from helpers.route.exercises import (
     grade_round_robin_finders,
     grade_scheme,
     grade_tp_kv_bytes,
-    grade_tp_weight_gib,
+    grade_tp_weight_bytes,
     judge_class_guess,
     judge_policy_guess,
 )
@@ -126,7 +126,7 @@ def test_a_class_prediction_compares_students_within_target():
 
 def test_the_graded_exercises_accept_the_worked_answers_and_refuse_others():
     assert grade_round_robin_finders(6) and not grade_round_robin_finders(9)
-    assert grade_tp_weight_gib(7.48) and not grade_tp_weight_gib(14.96)
+    assert grade_tp_weight_bytes(4_015_130_624) and not grade_tp_weight_bytes(8_030_261_248)
     assert grade_tp_kv_bytes(16_384) and not grade_tp_kv_bytes(65_536)
     assert grade_scheme("data parallel") and not grade_scheme("tensor parallel")
     assert grade_scheme(None).ok is None

@@ -13,8 +13,8 @@ Example::
     ✏️ requests that find their prompt cached: not answered yet (set `answer` above and run the cell again).
     >>> check_round_robin_finders(6)
     ✅ requests that find their prompt cached: correct (6).
-    >>> check_tp_weight_gib(7.48)
-    ✅ weights per GPU at TP=2: correct (7.479).
+    >>> check_tp_weight_bytes(4_015_130_624)
+    ✅ weights per GPU at TP=4: correct (4,015,130,624).
 """
 
 from __future__ import annotations
@@ -68,10 +68,13 @@ def grade_round_robin_finders(answer: Any, groups: int = 3, per_group: int = 4, 
                         hint="the first request of a group on each replica computes the prompt; the later ones find it.")
 
 
-def grade_tp_weight_gib(answer: Any) -> Feedback:
-    """GiB of bf16 weights on each GPU of Llama-3.1-8B's shapes at --tensor-parallel-size 2."""
-    return grade_number(answer, tensor_parallel_plan(LLAMA_31_8B, 2).weight_gib, name="weights per GPU at TP=2",
-                        rel_tol=0.01, hint="parameters x 2 bytes, cut in two, divided by 2**30 bytes per GiB.")
+def grade_tp_weight_bytes(answer: Any, tp: int = 4) -> Feedback:
+    """Bytes of bf16 weights on each GPU of Llama-3.1-8B's shapes at --tensor-parallel-size ``tp``.
+
+    (In bytes, and at TP=4: the notebook prints TP=2's GiB above the exercise.)"""
+    return grade_number(answer, tensor_parallel_plan(LLAMA_31_8B, tp).weight_bytes_per_gpu,
+                        name=f"weights per GPU at TP={tp}", rel_tol=0.01,
+                        hint=f"parameters x 2 bytes, cut in {tp}.")
 
 
 def grade_tp_kv_bytes(answer: Any, tp: int = 8) -> Feedback:
@@ -92,8 +95,8 @@ def check_round_robin_finders(answer: Any) -> None:
     show(graded(grade_round_robin_finders, answer))
 
 
-def check_tp_weight_gib(answer: Any) -> None:
-    show(graded(grade_tp_weight_gib, answer))
+def check_tp_weight_bytes(answer: Any) -> None:
+    show(graded(grade_tp_weight_bytes, answer))
 
 
 def check_tp_kv_bytes(answer: Any) -> None:
