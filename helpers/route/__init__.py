@@ -1,4 +1,4 @@
-"""The route room: beyond one server, replicas behind vLLM's own router (issue 16; its notebook is in progress).
+"""The route room: beyond one server, replicas behind vLLM's own router (``notebooks/06_beyond_one_server.ipynb``).
 
 Modules:
 
@@ -13,5 +13,14 @@ Modules:
 - ``prefix_workload``: groups of requests, each group sharing a system prompt (notebook 05's workload, stacked),
   ordered so round robin spreads every group over every replica (I/O: a server's tokenizer cuts the text);
 - ``spread``: where a router sent a load: each replica's requests and prefix-cache hit rate from its
-  ``/metrics``, through the course's poller (I/O, and a pure core).
+  ``/metrics``, through the course's poller (I/O, and a pure core);
+- ``policies``: what round robin and cache-aware routing do with groups sharing a prompt, on paper (pure), and
+  measured through a router in front of running replicas (I/O);
+- ``class_sim``: a class of N students, each sending a few of the lab's requests at their own pace (open loop,
+  seeded), drawn (pure) and sent to a server or a router (I/O);
+- ``class_report``: the p95 each student saw against a target, and the results file (pure, and files);
+- ``parallel``: tensor and data parallelism as arithmetic: weights, KV heads and bytes per GPU, all-reduces a step
+  (pure);
+- ``plots``: where each policy sent the load, and each student's p95 against the target (drawing);
+- ``exercises``: the notebook's predictions set beside the run, and its graded exercises (notebook glue).
 """

@@ -12,7 +12,7 @@ reach. Before the first start it checks that the machine can hold them all:
   On a 2-core machine two replicas get one core each;
 - GPU: each replica takes a share of the GPU's memory (``gpu_memory_utilization``).
 
-A start that fails stops the replicas already started. Taught in the routing notebook (in progress).
+A start that fails stops the replicas already started. Taught in ``notebooks/06_beyond_one_server.ipynb``.
 
 Example::
 
