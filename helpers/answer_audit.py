@@ -3,7 +3,7 @@
 Off unless ``VLLM_COURSE_AUDIT_ANSWERS=1`` is in the kernel's environment (``tests/conftest.py`` sets it, so
 every notebook nbval runs in ``make test``, and the lab copies ``tests/test_filled_learner_lab.py`` runs,
 are audited). On, :func:`install` records every text a cell shows (its prints, its ``display`` of text,
-Markdown, HTML or a table, its result) with the cell's execution count, and :func:`expect`, which every
+Markdown, HTML or a table, its result) with the cell's place in the run, and :func:`expect`, which every
 grader calls with the answer it expects, raises :class:`AnswerShownAbove` when an earlier cell showed that
 number. "Earlier" leaves out the grading cell and the cell just before it (the learner's answer cell, which
 may compute and print the answer once the learner has written it).
