@@ -33,7 +33,8 @@ from typing import Any
 from helpers.errors import CourseError
 
 AUDIT_ENV = "VLLM_COURSE_AUDIT_ANSWERS"
-NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
+# A number on its own, not part of a name ("H200", "AVX-512", "SmolLM2-135M", "v0.26") or of a range's far end.
+NUMBER = re.compile(r"(?<![\w.])(?<!\w-)-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
 TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
 SIGNIFICANT_DIGITS = 3  # the fewest a shown number needs to count as showing an answer
 

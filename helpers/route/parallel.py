@@ -37,13 +37,10 @@ from typing import Any
 
 from helpers import validate
 from helpers.paged.kv_math import kv_bytes_per_token
-from helpers.tuning.arithmetic import GIB, LLAMA_31_8B, count_parameters
+from helpers.tuning.arithmetic import GIB, LLAMA_31_8B, LLAMA_31_70B, count_parameters
 
 __all__ = ["LLAMA_31_8B", "LLAMA_31_70B", "ParallelPlan", "data_parallel_plan", "describe_plan", "tensor_parallel_plan"]
 
-# Llama-3.1-70B's public shapes: weights that no single GPU of 2026 holds in bf16.
-LLAMA_31_70B = {"vocab_size": 128256, "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
-                "num_key_value_heads": 8, "intermediate_size": 28672, "tie_word_embeddings": False}
 ALLREDUCES_PER_LAYER = 2  # after attention's output projection, after the MLP's down projection
 
 

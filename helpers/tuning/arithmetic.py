@@ -32,6 +32,9 @@ GIB = 2**30
 # Llama-3.1-8B's public shapes: the size class most often served on one GPU, for comparison.
 LLAMA_31_8B = {"vocab_size": 128256, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                "num_key_value_heads": 8, "intermediate_size": 14336, "tie_word_embeddings": False}
+# Llama-3.1-70B's public shapes: weights that no single GPU of 2026 holds in bf16.
+LLAMA_31_70B = {"vocab_size": 128256, "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
+                "num_key_value_heads": 8, "intermediate_size": 28672, "tie_word_embeddings": False}
 BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}  # int4 leaves out its per-group scales
 _CONFIG_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
 _BLOCK_HINT = "vLLM's blocks hold e.g. 16 or 128 tokens."

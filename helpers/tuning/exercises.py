@@ -9,10 +9,10 @@ the notebook's cells call); an unanswered exercise (``None``) never stops the no
 Example::
 
     >>> check_fp8_weight_gib(None)
-    ✏️ FP8 weights of an 8B model: not answered yet (set `answer` above and run the cell again).
-    >>> check_fp8_weight_gib(7.48)
-    ✅ FP8 weights of an 8B model: correct (7.479).
-    >>> bool(grade_fp8_weight_gib(15.0))
+    ✏️ FP8 weights of a 70B model: not answered yet (set `answer` above and run the cell again).
+    >>> check_fp8_weight_gib(65.7)
+    ✅ FP8 weights of a 70B model: correct (65.71).
+    >>> bool(grade_fp8_weight_gib(131.4))
     False
 """
 
@@ -25,7 +25,7 @@ from helpers.paged.kv_math import tokens_that_fit
 from helpers.tuning.arithmetic import (
     BYTES_PER_WEIGHT,
     GIB,
-    LLAMA_31_8B,
+    LLAMA_31_70B,
     count_parameters,
     ideal_prefix_hits,
 )
@@ -66,9 +66,9 @@ def grade_fp8_tokens(answer: Any, pool_bytes: int, bf16_bytes_per_token: int, bl
 
 
 def grade_fp8_weight_gib(answer: Any) -> Feedback:
-    """GiB of weights of Llama-3.1-8B's shapes at one byte per weight."""
-    return grade_number(answer, count_parameters(LLAMA_31_8B) * BYTES_PER_WEIGHT["fp8"] / GIB,
-                        name="FP8 weights of an 8B model", rel_tol=0.01,
+    """GiB of weights of Llama-3.1-70B's shapes at one byte per weight (the notebook's table shows the 8B's)."""
+    return grade_number(answer, count_parameters(LLAMA_31_70B) * BYTES_PER_WEIGHT["fp8"] / GIB,
+                        name="FP8 weights of a 70B model", rel_tol=0.01,
                         hint="parameters x 1 byte, divided by 2**30 bytes per GiB.")
 
 
