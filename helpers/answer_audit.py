@@ -88,20 +88,25 @@ def expect(name: str, *answers: float) -> None:
         return
     earlier = "".join(text for cell, text in _shown if cell < _cells[0] - 1)
     for answer in answers:
-        token = shown_as(answer, earlier)
-        if token is not None:
-            at = earlier.find(token)
-            context = " ".join(earlier[max(0, at - 80):at + 40].split())
+        match = _showing(answer, earlier)
+        if match is not None:
+            context = " ".join(earlier[max(0, match.start() - 80):match.end() + 40].split())
             raise AnswerShownAbove(f"exercise {name!r}: its answer {answer:g} is shown above the exercise, as "
-                                   f"{token!r} in: ...{context}... Move that output below the check, or ask for a "
-                                   "prediction before it.")
+                                   f"{match.group()!r} in: ...{context}... Move that output below the check, or ask "
+                                   "for a prediction before it.")
 
 
 def shown_as(answer: float, text: str) -> str | None:
     """The first number in ``text`` that shows ``answer`` (see the module's docstring), or None."""
+    match = _showing(answer, text)
+    return None if match is None else match.group()
+
+
+def _showing(answer: float, text: str) -> re.Match[str] | None:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
         return None
-    for token in NUMBER.findall(text):
+    for match in NUMBER.finditer(text):
+        token = match.group()
         digits = token.rstrip("%").replace(",", "").lstrip("-")
         if len(digits.replace(".", "").lstrip("0")) < SIGNIFICANT_DIGITS:
             continue
@@ -109,7 +114,7 @@ def shown_as(answer: float, text: str) -> str | None:
         half_unit = 0.5 * 10 ** -(len(digits.split(".")[1]) if "." in digits else 0)
         readings = [(value, half_unit)] + ([(value / 100, half_unit / 100)] if token.endswith("%") else [])
         if any(abs(shown - answer) <= unit * (1 + 1e-9) for shown, unit in readings):
-            return token
+            return match
     return None
 
 

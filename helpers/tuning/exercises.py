@@ -43,12 +43,12 @@ def grade_pool_blocks(answer: Any, measurement: Any) -> Feedback:
 
 
 def grade_hits_per_request(answer: Any, measurement: Any) -> Feedback:
-    """Prompt tokens the prefix cache served each request after the first, on average: the run's hits (last sample
-    minus the first) over its requests but one (the first finds nothing to share)."""
-    later = max(measurement.summary.num_requests - 1, 1)
-    return grade_number(answer, measurement.prefix_cache_hits / later, name="cached prompt tokens per request",
-                        rel_tol=0.01, hint="prefix_cache_hits of the last sample minus the first, over the requests "
-                                           "after the first: len(prefix_on.run.records) - 1.")
+    """Prompt tokens the prefix cache served a request, on average over the run: its hits (last sample minus the
+    first) over its requests."""
+    requests = max(measurement.summary.num_requests, 1)
+    return grade_number(answer, measurement.prefix_cache_hits / requests, name="cached prompt tokens per request",
+                        rel_tol=0.01, hint="prefix_cache_hits of the last sample minus the first, over the run's "
+                                           "requests: len(prefix_on.run.records).")
 
 
 def grade_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> Feedback:
