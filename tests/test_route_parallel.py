@@ -12,9 +12,7 @@ from helpers.route.parallel import (
     tensor_parallel_plan,
 )
 from helpers.tuning.arithmetic import GIB, count_parameters
-
-SMOLLM2 = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-           "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True}
+from tests.test_tuning import SMOLLM2  # SmolLM2-135M's config, the one copy the tests keep
 
 
 def test_one_gpu_holds_every_weight_and_needs_no_all_reduce():
