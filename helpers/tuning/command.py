@@ -22,7 +22,7 @@ Example::
     >>> batch_cap("INFO non-default args: {'model': 'm', 'max_num_seqs': 256}", device="cpu")
     (256, 'passed on the command line')
     >>> batch_cap("INFO non-default args: {'model': 'm'}", device="cpu")
-    (128, "vLLM 0.32's default on a CPU (not logged: vLLM prints it at DEBUG level only)")
+    (128, "vLLM's default on a CPU, the same in 0.26 and 0.32 (not logged: vLLM prints it at DEBUG level only)")
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ GIB = 2**30
 
 
 def vllm_default_max_num_seqs(device: str, memory_gib: float | None = None, name: str = "") -> int:
-    """The ``max_num_seqs`` vLLM 0.32's OpenAI server picks when none is passed, for one CPU worker or one GPU.
+    """The ``max_num_seqs`` vLLM's OpenAI server picks when none is passed, for one CPU worker or one GPU.
 
-    From ``EngineArgs.get_batch_defaults``: 128 per CPU worker; on a GPU, 1,024 with 70 GiB or more (except an
-    A100), else 256. vLLM also caps it at the step's token budget, which is larger in every case here.
+    From ``EngineArgs.get_batch_defaults``, whose GPU table is the same in 0.26 (the course's GPU pin) and 0.32:
+    128 per CPU worker; on a GPU, 1,024 with 70 GiB or more (except an A100), else 256. vLLM also caps it at the step's token budget, which is larger in every case here.
 
     >>> vllm_default_max_num_seqs("cpu"), vllm_default_max_num_seqs("cuda", 139.8, "NVIDIA H200")
     (128, 1024)
@@ -64,7 +64,7 @@ def batch_cap(log_text: str, *, device: str, memory_gib: float | None = None, na
         return int(passed[-1]), "passed on the command line"
     where = "a CPU" if device == "cpu" else f"this GPU ({name or 'unnamed'})"
     return (vllm_default_max_num_seqs(device, memory_gib, name),
-            f"vLLM 0.32's default on {where} (not logged: vLLM prints it at DEBUG level only)")
+            f"vLLM's default on {where}, the same in 0.26 and 0.32 (not logged: vLLM prints it at DEBUG level only)")
 
 
 @dataclass(frozen=True)
