@@ -12,9 +12,9 @@ and each student, with the same key in their own ``VLLM_COURSE_API_KEY``::
     server = connect("http://<instructor's address>:8000")
 
 For a larger class on a machine that holds several servers, ``--replicas N`` starts N servers on
-127.0.0.1 and vLLM's router (``vllm-router``, cache-aware policy) in front of them on ``--host`` and
-``--port``: students connect to the router exactly as to one server, with the same key, and only the
-router faces the network (see ``helpers.route``).
+127.0.0.1 and vLLM's router (``vllm-router``, cache-aware policy unless ``--policy`` names another) in
+front of them on ``--host`` and ``--port``: students connect to the router exactly as to one server, with
+the same key, and only the router faces the network (see ``helpers.route``).
 
 The server (or the router) binds 127.0.0.1 unless ``--host`` names another interface. An API key is always
 required; it is read from an environment variable (``--api-key-env``, default
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the helpers p
 
 from helpers.serve.classroom import API_KEY_ENV, mask_key  # noqa: E402
 from helpers.errors import CourseError  # noqa: E402
+from helpers.route.command import POLICIES  # noqa: E402
 from helpers.serve.config import LOOPBACK, ServerConfig  # noqa: E402
 
 MIN_KEY_LENGTH = 12
@@ -58,6 +59,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--replicas", type=int, default=1, metavar="N",
                         help="N servers on 127.0.0.1 behind vllm-router's cache-aware router on --host/--port "
                              "(default 1: one server, no router)")
+    parser.add_argument("--policy", default="cache_aware", choices=POLICIES,
+                        help="the router's policy with --replicas (default cache_aware; round_robin when one replica "
+                             "gets all the work: see the instructor guide, How many replicas a class needs)")
     return parser.parse_args(argv)
 
 
@@ -141,7 +145,7 @@ def serve_replicas(args: argparse.Namespace, config: ServerConfig, key: str) -> 
     from helpers.route.router import start_router
 
     with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None)) as replicas, \
-            start_router(replicas, policy="cache_aware", host=args.host, port=args.port) as router:
+            start_router(replicas, policy=args.policy, host=args.host, port=args.port) as router:
         urls = announce(args.host, router.port, router.model_name)
         print(f"vllm-router ({router.policy}) in front of {len(replicas)} replicas: {', '.join(replicas.urls)}")
         print(f"API key: from ${args.api_key_env}, {mask_key(key)}")

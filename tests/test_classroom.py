@@ -68,6 +68,19 @@ def test_the_script_refuses_another_interface_without_a_key():
     assert len(vllm_processes()) == before and time.monotonic() - began < 30  # refused before any launch
 
 
+def test_the_replicas_router_policy_is_a_flag_checked_before_any_launch():
+    before = len(vllm_processes())
+    env = {**_env(), API_KEY_ENV: secrets.token_urlsafe(16)}
+    done = subprocess.run([*SCRIPT, "--replicas", "2", "--policy", "round-robin"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "invalid choice: 'round-robin'" in done.stderr and "'round_robin'" in done.stderr
+    assert len(vllm_processes()) == before
+    helped = subprocess.run([*SCRIPT, "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert "--policy {round_robin,random,cache_aware,power_of_two,consistent_hash}" in helped.stdout
+    assert "default cache_aware" in " ".join(helped.stdout.split())
+
+
 def test_a_request_without_the_key_is_refused(classroom):
     body = json.dumps({"model": classroom.model, "messages": [{"role": "user", "content": "Hi"}],
                        "max_tokens": 2}).encode()

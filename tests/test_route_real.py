@@ -144,7 +144,8 @@ def test_the_classroom_script_puts_a_keyed_router_in_front_of_replicas(replicas,
         main_running.set()
         thread.start()
         code = classroom_server.main(["--replicas", "2", "--port", str(port), "--max-num-seqs", "4",
-                                      "--kv-cache-space-gib", "0.25", "--max-model-len", "1024"])
+                                      "--kv-cache-space-gib", "0.25", "--max-model-len", "1024",
+                                      "--policy", "round_robin"])
         main_running.clear()
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -153,7 +154,7 @@ def test_the_classroom_script_puts_a_keyed_router_in_front_of_replicas(replicas,
     assert code == 0, out
     assert asked == [(2, "127.0.0.1", None, True)]
     assert f"classroom server ready: http://127.0.0.1:{port} serves 'smollm2'" in out.out
-    assert "vllm-router (cache_aware) in front of 2 replicas" in out.out
+    assert "vllm-router (round_robin) in front of 2 replicas" in out.out  # --policy reached the router
     assert "refused the API key (HTTP 401)" in seen["refused"] and seen["reply"] is not None
     assert KEY not in out.out + out.err
     assert all(replicas.is_running())
