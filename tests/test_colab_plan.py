@@ -137,3 +137,54 @@ def test_cuda_majors_and_python_tags_are_read_from_names():
     assert torch_cuda_major("2.13.0+cpu", ()) is None
     assert not for_this_python("vllm/third_party/deep_gemm/_C.cpython-310-x86_64-linux-gnu.so", (3, 13))
     assert for_this_python("vllm/_C_stable_libtorch.abi3.so", (3, 13))
+
+
+class _Answer:
+    headers = {"Content-Encoding": ""}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def read(self):
+        return b"{}"
+
+
+def test_a_dropped_lookup_is_retried_and_an_answer_from_pypi_is_not(monkeypatch):
+    import urllib.error
+
+    from colab_plan import remote
+
+    calls = []
+
+    def flaky(request, timeout):
+        calls.append(request.full_url)
+        if len(calls) == 1:
+            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+        return _Answer()
+
+    monkeypatch.setattr(remote, "RETRY_S", 0.0)
+    monkeypatch.setattr(remote.urllib.request, "urlopen", flaky)
+    assert remote._get("https://pypi.org/simple/vllm/")[0] == b"{}" and len(calls) == 2
+
+    def missing(request, timeout):
+        calls.append(request.full_url)
+        raise urllib.error.HTTPError(request.full_url, 404, "Not Found", None, None)
+
+    calls.clear()
+    monkeypatch.setattr(remote.urllib.request, "urlopen", missing)
+    with pytest.raises(urllib.error.HTTPError):
+        remote._get("https://pypi.org/simple/no-such-project/")
+    assert len(calls) == 1
+
+    def down(request, timeout):
+        calls.append(request.full_url)
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    calls.clear()
+    monkeypatch.setattr(remote.urllib.request, "urlopen", down)
+    with pytest.raises(urllib.error.URLError):
+        remote._get("https://pypi.org/simple/vllm/")
+    assert len(calls) == remote.ATTEMPTS

@@ -18,6 +18,8 @@ import gzip
 import io
 import json
 import threading
+import time
+import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable
@@ -34,6 +36,10 @@ SIMPLE_INDEX = "https://pypi.org/simple"
 # time, and each round trip costs far more than the bytes.
 MIN_REQUEST = 256 * 1024
 TIMEOUT_S = 120
+# A network that drops a DNS lookup or a connection for a moment (seen in a CI run, 2026-12-02) should cost a retry,
+# not the test: a few attempts, a few seconds apart. An answer from PyPI (404, 403) is final.
+ATTEMPTS = 4
+RETRY_S = 3.0
 T = TypeVar("T")
 
 
@@ -57,12 +63,22 @@ def once(function: Callable[..., T]) -> Callable[..., T]:
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[bytes, Message]:
     request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip", **(headers or {})})
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-        body = response.read()
-        # The simple index is JSON that shrinks ten-fold with gzip; Range answers come as they are.
-        if response.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        return body, response.headers  # an email.message.Message: its lookups ignore case
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+                body = response.read()
+                # The simple index is JSON that shrinks ten-fold with gzip; Range answers come as they are.
+                if response.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                return body, response.headers  # an email.message.Message: its lookups ignore case
+        except urllib.error.HTTPError as error:
+            if error.code < 500 or attempt == ATTEMPTS:
+                raise
+        except (urllib.error.URLError, TimeoutError, ConnectionError):
+            if attempt == ATTEMPTS:
+                raise
+        time.sleep(RETRY_S * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class RemoteFile(io.RawIOBase):
