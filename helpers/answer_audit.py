@@ -13,6 +13,9 @@ at the precision it was shown (``33.5`` shows 33.47; ``45.2%`` shows 0.4523). Sh
 appear everywhere, and matched by chance (on 2026-12-02, "47" in a list of output lengths "showed" a batch size of
 47, and "83%" of another trace a utilization of 0.833; a one-digit count matches "2.0x"). So are
 multiple-choice answers (a letter or a setting's name) and plots (text inside a figure is not read).
+An exercise may ask for more digits (``expect(..., digits=4)``): a ratio of two measured numbers, which no cell
+prints, can still equal one of the hundreds of three-digit numbers a measured run prints (on 2026-12-02 an offered
+rate of "1.85" req/s "showed" lab 2's TPOT ratio of 1.853, and failed a CI run by chance).
 
 Example::
 
@@ -82,13 +85,14 @@ def install() -> None:
     shell.displayhook.write_format_data = write_result_and_record
 
 
-def expect(name: str, *answers: float) -> None:
-    """Raise :class:`AnswerShownAbove` if a cell above the exercise ``name`` showed one of its ``answers``."""
+def expect(name: str, *answers: float, digits: int = SIGNIFICANT_DIGITS) -> None:
+    """Raise :class:`AnswerShownAbove` if a cell above the exercise ``name`` showed one of its ``answers``
+    with at least ``digits`` significant digits."""
     if not _cells[0]:  # not installed: not auditing
         return
     earlier = "".join(text for cell, text in _shown if cell < _cells[0] - 1)
     for answer in answers:
-        match = _showing(answer, earlier)
+        match = _showing(answer, earlier, digits)
         if match is not None:
             context = " ".join(earlier[max(0, match.start() - 80):match.end() + 40].split())
             raise AnswerShownAbove(f"exercise {name!r}: its answer {answer:g} is shown above the exercise, as "
@@ -96,22 +100,26 @@ def expect(name: str, *answers: float) -> None:
                                    "for a prediction before it.")
 
 
-def shown_as(answer: float, text: str) -> str | None:
-    """The first number in ``text`` that shows ``answer`` (see the module's docstring), or None."""
-    match = _showing(answer, text)
+def shown_as(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> str | None:
+    """The first number in ``text`` that shows ``answer`` (see the module's docstring), or None.
+
+    >>> shown_as(1.853, "max_num_seqs=8, 1.85 req/s"), shown_as(1.853, "max_num_seqs=8, 1.85 req/s", digits=4)
+    ('1.85', None)
+    """
+    match = _showing(answer, text, digits)
     return None if match is None else match.group()
 
 
-def _showing(answer: float, text: str) -> re.Match[str] | None:
+def _showing(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> re.Match[str] | None:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
         return None
     for match in NUMBER.finditer(text):
         token = match.group()
-        digits = token.rstrip("%").replace(",", "").lstrip("-")
-        if len(digits.replace(".", "").lstrip("0")) < SIGNIFICANT_DIGITS:
+        written = token.rstrip("%").replace(",", "").lstrip("-")
+        if len(written.replace(".", "").lstrip("0")) < digits:
             continue
-        value = float(digits) * (-1 if token.startswith("-") else 1)
-        half_unit = 0.5 * 10 ** -(len(digits.split(".")[1]) if "." in digits else 0)
+        value = float(written) * (-1 if token.startswith("-") else 1)
+        half_unit = 0.5 * 10 ** -(len(written.split(".")[1]) if "." in written else 0)
         readings = [(value, half_unit)] + ([(value / 100, half_unit / 100)] if token.endswith("%") else [])
         if any(abs(shown - answer) <= unit * (1 + 1e-9) for shown, unit in readings):
             return match

@@ -81,3 +81,10 @@ def test_off_outside_the_audit(monkeypatch):
 ])
 def test_a_number_shows_the_answer_when_it_rounds_to_it_with_three_digits_or_more(answer, text, token):
     assert shown_as(answer, text) == token
+
+
+@pytest.mark.parametrize(("answer", "text", "token"), [
+    (1.85317, "max_num_seqs=8, 1.85 req/s", None), (1.85317, "TPOT ratio 1.853", "1.853"), (0.36918, "0.3692x", "0.3692"),
+])
+def test_an_exercise_that_asks_for_four_digits_is_not_shown_by_a_three_digit_number(answer, text, token):
+    assert shown_as(answer, text, digits=4) == token
