@@ -57,7 +57,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=None)
     parser.add_argument("--dtype", default=None, help="e.g. half on a T4, which has no bf16")
     parser.add_argument("--replicas", type=int, default=1, metavar="N",
-                        help="N servers on 127.0.0.1 behind vllm-router's cache-aware router on --host/--port "
+                        help="N servers on 127.0.0.1 behind vllm-router (its policy: --policy) on --host/--port "
                              "(default 1: one server, no router)")
     parser.add_argument("--policy", default="cache_aware", choices=POLICIES,
                         help="the router's policy with --replicas (default cache_aware; round_robin when one replica "

@@ -140,7 +140,8 @@ def test_cuda_majors_and_python_tags_are_read_from_names():
 
 
 class _Answer:
-    headers = {"Content-Encoding": ""}
+    def __init__(self):
+        self.headers = {"Content-Encoding": ""}
 
     def __enter__(self):
         return self

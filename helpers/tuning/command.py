@@ -43,7 +43,8 @@ def vllm_default_max_num_seqs(device: str, memory_gib: float | None = None, name
     """The ``max_num_seqs`` vLLM's OpenAI server picks when none is passed, for one CPU worker or one GPU.
 
     From ``EngineArgs.get_batch_defaults``, whose GPU table is the same in 0.26 (the course's GPU pin) and 0.32:
-    128 per CPU worker; on a GPU, 1,024 with 70 GiB or more (except an A100), else 256. vLLM also caps it at the step's token budget, which is larger in every case here.
+    128 per CPU worker; on a GPU, 1,024 with 70 GiB or more (except an A100), else 256. vLLM also caps it at the
+    step's token budget, which is larger in every case here.
 
     >>> vllm_default_max_num_seqs("cpu"), vllm_default_max_num_seqs("cuda", 139.8, "NVIDIA H200")
     (128, 1024)
