@@ -7,7 +7,9 @@
 #       flags and /metrics text), "sweep-smollm2" / "sweep-dummy" (the lab's sweep, scripts/lab_sweep.py,
 #       at the lab's GPU output length), "bench-vs-vllm" (scripts/bench_vs_vllm.py: the course client against
 #       `vllm bench serve`, results in build/gpu/bench_vs_vllm, this vLLM's raw result file in
-#       tests/data/bench_serve/) or a notebook path
+#       tests/data/bench_serve/; BENCH_ARGS adds to its arguments, e.g. "--requests 2000"), "bench-open" (the
+#       same at one request rate, open loop: BENCH_OPEN_ARGS, by default lab 2's GPU cross-check, 8 slots at
+#       13 requests/s, 128 output tokens, 320 requests a run) or a notebook path
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
@@ -49,7 +51,10 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
         sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/dummy-llama-3.1-8b ;;
-        bench-vs-vllm) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_vs_vllm --capture tests/data/bench_serve/ ;;
+        bench-vs-vllm) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_vs_vllm ${BENCH_ARGS:-} \
+            --capture tests/data/bench_serve/ ;;
+        bench-open) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_open ${BENCH_OPEN_ARGS:---max-num-seqs 8 \
+            --request-rate 13 --output-tokens 128 --requests 320} ;;
         capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py
             mkdir -p build/gpu/capture
             "$PY" -m vllm.entrypoints.openai.api_server --help=all 2>/dev/null > build/gpu/capture/help.txt
