@@ -11,6 +11,8 @@ built, as a ShareGPT-format file (``--dataset-name sharegpt``, no shuffling). Th
 - `vllm bench serve` starts (about 12 s of imports) before that burst and waits at a gate until its turn, so its
   run, like ours, follows the warm-up or the other tool's run with no idle gap;
 - fresh prompts every run (each opens with its own tag, so the prefix cache, on by default, helps no run);
+- at a finite ``--request-rate``, both runs of a pair send at the same moments (the pair's number as the seed of
+  both: helpers.load.arrivals draws as `vllm bench serve --seed` does), so the pair compares tools, not draws;
 - runs long enough to be stable: by default 640 requests of 256 tokens on a GPU (about 10 s each on an H200 with
   SmolLM2 at 64 slots), 8 of 16 on a CPU (there prefill dominates; 4 pairs take 5-10 minutes).
 
@@ -192,8 +194,9 @@ def main(argv: list[str]) -> int:
 def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_path: str, raw: Path,
             slo: Any = None) -> list[Any]:
     """The pairs: per pair, vLLM's tool started to its gate, fresh workloads, a warm-up burst, then both runs.
-    At a finite request rate both tools send open loop: gamma gaps of the same rate and shape (not the same draws:
-    vLLM's tool seeds its own), each run's goodput under ``slo`` counted by the course's code for both."""
+    At a finite request rate both tools send open loop, at the same moments: the course draws its gaps as vLLM's
+    tool does with ``--seed`` (helpers.load.arrivals), and each pair has its own seed. Each run's goodput under
+    ``slo`` is counted by the course's code for both."""
     from vllm_bench_results import OURS, pair_order, read_bench_result, run_from_bench, run_from_records, with_goodput
 
     from helpers.hardware import other_vllm_servers
@@ -202,14 +205,14 @@ def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_pat
     from helpers.load.workload import build_workload
 
     rate, burstiness = settings["request_rate"], settings["burstiness"]
-    arrivals = ("--request-rate", str(rate), "--burstiness", str(burstiness), "--seed", "0",
-                *(slo.vllm_args() if slo else ()))
+    arrivals = lambda seed: ("--request-rate", str(rate), "--burstiness", str(burstiness), "--seed", str(seed),
+                             *(slo.vllm_args() if slo else ()))
     runs = []
     ours_pid = server.process.pid if server.process is not None else None
     make = lambda n, tokens, seed: build_workload(tokenizer, n, output_tokens=tokens, seed=seed)
     size = settings["requests"], settings["output_tokens"]
     for pair in range(settings["pairs"]):
-        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path, arrivals) as bench:
+        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path, arrivals(pair)) as bench:
             ours = make(*size, pair)  # the same text with its own tag, made while vLLM's tool starts
             if rate != float("inf"):
                 ours = with_arrivals(ours, arrival_times(size[0], rate, burstiness, seed=pair))

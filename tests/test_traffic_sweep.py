@@ -10,6 +10,7 @@ out). The kill is the last test: it ends the module's server.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -17,6 +18,7 @@ import time
 
 import pytest
 
+from helpers.load.arrivals import arrival_times
 from helpers.traffic.rates import load_rate_sweep
 from helpers.traffic.sweep import sweep_rates
 from tests.conftest import finished_requests
@@ -71,8 +73,11 @@ def test_vllm_bench_serve_at_one_rate_reads_into_the_course_figures_beside_its_o
     from helpers.traffic.vllm_bench import bench_at_rate, beside_vllm_bench
 
     bench = asyncio.run(bench_at_rate(server, 2.0, num_requests=4, slo="ttft:60000", prompt_lens=(16, 64),
-                                      output_tokens=8, folder=tmp_path, timeout_s=240))
+                                      output_tokens=8, folder=tmp_path, timeout_s=240, seed=3))
     point = bench.point
+    sent = json.loads(bench.result_path.read_text())["start_times"]  # the tool sent when the course would have
+    times = arrival_times(4, 2.0, seed=3)
+    assert max(abs((s - sent[0]) - (t - times[0])) for s, t in zip(sent, times)) < 0.05
     assert point.num_requests == 4 == point.num_ok and point.offered_rate == 2.0
     assert point.output_tok_per_s == pytest.approx(32 / point.wall_s)  # 4 x 8 tokens, the course's definition
     assert bench.reported["completed"] == 4 and bench.reported["total_output_tokens"] == 32
@@ -85,7 +90,8 @@ def test_vllm_bench_serve_at_one_rate_reads_into_the_course_figures_beside_its_o
 
 
 @pytest.mark.parametrize("bad, says", [({"rate": 0}, "each rate"), ({"burstiness": -1}, "burstiness"),
-                                       ({"slo": 500}, "which latency"), ({"num_requests": 0}, "num_requests")])
+                                       ({"slo": 500}, "which latency"), ({"num_requests": 0}, "num_requests"),
+                                       ({"seed": -1}, "seed")])
 def test_vllm_bench_refuses_bad_input_before_it_starts(tmp_path, bad, says):
     from helpers.traffic.vllm_bench import bench_at_rate
 

@@ -5,9 +5,13 @@ server keeps up. :func:`arrival_times` draws the gaps between arrivals from a ga
 with shape ``burstiness`` and mean ``1 / rate``, as ``vllm bench serve --request-rate R
 --burstiness B`` does: ``burstiness=1`` is a Poisson process (exponential gaps), below 1 the
 arrivals bunch into bursts, above 1 they even out, and ``inf`` spaces them exactly ``1 / rate``
-apart. Like vLLM's tool (0.32), the gaps are then scaled so that the last request arrives at
-``num_requests / rate``: every seed offers the same average rate. ``rate=inf`` sends everything
-at t=0 (a closed burst). Seeded: the same arguments give the same times.
+apart. Like vLLM's tool (0.26 and 0.32), the gaps are then scaled so that the last request
+arrives at ``num_requests / rate``: every seed offers the same average rate. ``rate=inf`` sends
+everything at t=0 (a closed burst). Seeded, with the draws ``vllm bench serve --seed S`` makes
+(NumPy's legacy generator seeded with S, one gamma draw per request): the course's tester and
+vLLM's tool, given the same seed, send at the same moments, so a comparison of the two measures
+the tools and the server, not two samples of random traffic (tests/test_open_loop.py checks this
+against the send times in real result files of both versions).
 :func:`with_arrivals` puts the times on a workload's requests; ``run_load_test`` waits for them.
 
     >>> arrival_times(4, rate=2.0, burstiness=float("inf"))
@@ -46,7 +50,8 @@ def arrival_times(num_requests: int, rate: float, burstiness: float = POISSON, s
     if math.isinf(burstiness):
         gaps = np.full(num_requests, 1.0 / rate)
     else:
-        gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=num_requests)
+        # vLLM's tool: np.random.seed(seed) at its start, then np.random.gamma once per request
+        gaps = np.random.RandomState(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=num_requests)
     times = np.cumsum(gaps)
     times *= (num_requests / rate) / times[-1]  # the last arrival at N / rate, whatever the draw
     return tuple(float(t) for t in times)

@@ -3,12 +3,13 @@
 Most published serving numbers come from vLLM's benchmark tool, so lab 2 runs it once, on the
 server it has just swept, at one of the sweep's rates: the same prompt mix (the course's prompts,
 written as the ShareGPT file its ``--dataset-name sharegpt`` reads), the same output length
-(``--ignore-eos``), gaps of the same rate and gamma shape (``--request-rate``, ``--burstiness``;
-its own draws, ``--seed 0``), and the same SLO (``--goodput``). Its per-request records are
+(``--ignore-eos``), the same arrival times (``--request-rate``, ``--burstiness`` and ``--seed``:
+the course draws its gaps as the tool does, so a sweep's rate run with seed S and the tool's run
+with ``--seed S`` send at the same moments), and the same SLO (``--goodput``). Its per-request records are
 summarized by the course's own code into a :class:`~helpers.traffic.rates.RatePoint`, so both
 columns follow one set of definitions; vLLM's own aggregates stand beside them under the names its
-report prints. One run of each tool is two draws of random traffic: at a dozen requests they can
-differ by more than either tool's error. scripts/bench_vs_vllm.py is the controlled comparison
+report prints. Same arrivals are not the same run: the server meets each in another state (the
+sweep's first rate on a fresh server, the tool's after the overloaded ones). scripts/bench_vs_vllm.py is the controlled comparison
 (alternating pairs, hundreds of requests), whose results are recorded in ``results/``.
 """
 
@@ -57,11 +58,15 @@ class BenchPoint:
 
 async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstiness: float = 1.0, slo: Any = None,
                         prompt_lens: tuple[int, ...] = LAB_PROMPT_LENS, output_tokens: int = 16,
-                        folder: Path | str, timeout_s: float = 300.0, setting_label: str | None = None) -> BenchPoint:
+                        folder: Path | str, timeout_s: float = 300.0, setting_label: str | None = None,
+                        seed: int = 0) -> BenchPoint:
     """Run `vllm bench serve` against ``server`` at ``rate`` requests/s; read its result as a RatePoint.
 
+    ``seed``: its arrivals are the course's ``arrival_times(num_requests, rate, burstiness, seed)``
+    (0, a sweep's default: the same moments as that sweep's run at this rate and request count).
+
     Everything is checked before the tool starts: the rate and burstiness (positive, finite rate),
-    ``num_requests`` and ``output_tokens`` (positive integers), the SLO (vLLM's spelling,
+    ``num_requests`` and ``output_tokens`` (positive integers), ``seed``, the SLO (vLLM's spelling,
     milliseconds) and ``timeout_s``. The tool is stopped at ``timeout_s`` (or when the cell is
     interrupted), and a failure raises RuntimeError with the end of its log."""
     (rate,) = check_rates([rate], burstiness)  # finite: an infinite rate is lab 1's burst, not open loop
@@ -69,6 +74,7 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
     output_tokens = validate.positive_int(output_tokens, "output_tokens")
     timeout_s = validate.positive_number(timeout_s, "timeout_s", unit="seconds")
     slo = check_slo(slo)
+    seed = validate.non_negative_int(seed, "seed")
     from helpers.load.poller import scrape
     from helpers.load.run import LoadTestRun, server_facts
     from helpers.serve.model import resolve_model
@@ -80,7 +86,7 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
                               output_tokens=output_tokens, seed=7)  # fresh prompts: its own tag, nothing cached
     dataset, result = folder / "prompts-sharegpt.json", folder / "vllm-bench-serve.json"
     write_atomically(dataset, json.dumps(sharegpt_prompts(workload)))
-    arrivals = ["--request-rate", f"{rate:g}", "--burstiness", f"{burstiness:g}", "--seed", "0",
+    arrivals = ["--request-rate", f"{rate:g}", "--burstiness", f"{burstiness:g}", "--seed", str(seed),
                 *(slo.vllm_args() if slo is not None else ())]
     argv = [sys.executable, "-m", "helpers.traffic.vllm_cli", "bench", "serve",
             *bench_serve_args(server, workload, dataset, resolve_model(server.config.model).model, result, arrivals)]
