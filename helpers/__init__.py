@@ -19,6 +19,7 @@ A room imports the shared modules and the rooms listed before it, never one afte
 module has one role: a pure core, I/O, drawing, or notebook glue (``tests/test_layout.py``).
 """
 
-from helpers import answer_audit
+from helpers import answer_audit, drawing
 
 answer_audit.install()  # records what cells show, only while the course audits itself (answer_audit's docstring)
+drawing.show_figures_in_notebooks()  # a figure the helpers return shows as a picture, pyplot or not

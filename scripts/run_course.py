@@ -9,9 +9,7 @@ Usage: python scripts/run_course.py [--out DIR] [NOTEBOOK ...]
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -65,11 +63,6 @@ def main(args: list[str]) -> int:
             return 2
         out, args = Path(args[1]).resolve(), args[2:]
     paths = [Path(arg).resolve() for arg in args] or course_notebooks()
-    if importlib.util.find_spec("matplotlib_inline"):
-        # The kernels inherit this: figures land in the executed copies as images even where the environment
-        # chose a backend that draws nothing (with MPLBACKEND=Agg, display(fig) leaves only "<Figure size ...>",
-        # as the H200 reference copies of 2026-12-02/03 show).
-        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     timings: dict[str, float] = {}
     failed: list[str] = []
     for index, path in enumerate(paths, 1):
