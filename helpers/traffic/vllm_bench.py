@@ -1,16 +1,17 @@
 """`vllm bench serve` at one request rate on the lab's own server: its figures beside the course tester's.
 
-Most published serving numbers come from vLLM's benchmark tool, so lab 2 runs it once, on the
-server it has just swept, at one of the sweep's rates: the same prompt mix (the course's prompts,
-written as the ShareGPT file its ``--dataset-name sharegpt`` reads), the same output length
-(``--ignore-eos``), the same arrival times (``--request-rate``, ``--burstiness`` and ``--seed``:
-the course draws its gaps as the tool does, so a sweep's rate run with seed S and the tool's run
-with ``--seed S`` send at the same moments), and the same SLO (``--goodput``). Its per-request records are
-summarized by the course's own code into a :class:`~helpers.traffic.rates.RatePoint`, so both
+Most published serving numbers come from vLLM's benchmark tool, so lab 2 runs it once, on the server
+it has just swept, at one of the sweep's rates: the same prompt mix (the course's prompts, written
+as the ShareGPT file its ``--dataset-name sharegpt`` reads), the same output length
+(``--ignore-eos``), the same arrival times (``--request-rate``, ``--burstiness`` and ``--seed``: the
+course draws its gaps as the tool does, so a sweep's rate run with seed S and the tool's run with
+``--seed S`` send at the same moments), and the same SLO (``--goodput``). Its per-request records
+are summarized by the course's own code into a :class:`~helpers.traffic.rates.RatePoint`, so both
 columns follow one set of definitions; vLLM's own aggregates stand beside them under the names its
 report prints. Same arrivals are not the same run: the server meets each in another state (the
-sweep's first rate on a fresh server, the tool's after the overloaded ones). scripts/bench_vs_vllm.py is the controlled comparison
-(alternating pairs, hundreds of requests), whose results are recorded in ``results/``.
+sweep's first rate on a fresh server, the tool's after the overloaded ones).
+scripts/bench_vs_vllm.py is the controlled comparison (alternating pairs, hundreds of requests),
+whose results are recorded in ``results/``.
 """
 
 from __future__ import annotations
