@@ -46,7 +46,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from helpers.files import write_atomically  # light: nothing but the standard library
-from helpers.traffic.bench_file import bench_serve_args, sharegpt_prompts
+from helpers.traffic.bench_file import arrival_args, bench_serve_args, sharegpt_prompts
 from helpers.traffic.vllm_cli import GATE
 
 START_TIMEOUT_S = 300  # `vllm bench serve` up to its gate: imports, tokenizer, dataset (about 12 s)
@@ -205,14 +205,13 @@ def measure(server: Any, settings: dict[str, Any], tokenizer: Any, tokenizer_pat
     from helpers.load.workload import build_workload
 
     rate, burstiness = settings["request_rate"], settings["burstiness"]
-    arrivals = lambda seed: ("--request-rate", str(rate), "--burstiness", str(burstiness), "--seed", str(seed),
-                             *(slo.vllm_args() if slo else ()))
     runs = []
     ours_pid = server.process.pid if server.process is not None else None
     make = lambda n, tokens, seed: build_workload(tokenizer, n, output_tokens=tokens, seed=seed)
     size = settings["requests"], settings["output_tokens"]
     for pair in range(settings["pairs"]):
-        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path, arrivals(pair)) as bench:
+        with GatedBench(server, make(*size, pair), raw, f"pair{pair}-vllm", tokenizer_path,
+                        arrival_args(rate, burstiness, pair, slo)) as bench:
             ours = make(*size, pair)  # the same text with its own tag, made while vLLM's tool starts
             if rate != float("inf"):
                 ours = with_arrivals(ours, arrival_times(size[0], rate, burstiness, seed=pair))

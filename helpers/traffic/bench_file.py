@@ -92,6 +92,17 @@ def sharegpt_prompts(workload: Any) -> list[dict[str, Any]]:
         for spec in workload.requests]
 
 
+def arrival_args(rate: float, burstiness: float, seed: int, slo: Any = None) -> list[str]:
+    """`vllm bench serve`'s arrivals (and ``slo``'s ``--goodput``): with ``--seed`` it sends at the moments
+    ``helpers.load.arrivals.arrival_times(n, rate, burstiness, seed)`` gives, so both tools send together.
+
+    >>> arrival_args(13.0, 1.0, 2)
+    ['--request-rate', '13', '--burstiness', '1', '--seed', '2']
+    """
+    return ["--request-rate", f"{rate:g}", "--burstiness", f"{burstiness:g}", "--seed", str(seed),
+            *(slo.vllm_args() if slo is not None else ())]
+
+
 def bench_serve_args(server: Any, workload: Any, dataset: Path, tokenizer_path: str, result: Path,
                      arrivals: Sequence[str]) -> list[str]:
     """`vllm bench serve`'s arguments (after ``bench serve``) for ``workload`` against ``server``: its prompts

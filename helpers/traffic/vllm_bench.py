@@ -79,7 +79,7 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
     from helpers.load.poller import scrape
     from helpers.load.run import LoadTestRun, server_facts
     from helpers.serve.model import resolve_model
-    from helpers.traffic.bench_file import bench_serve_args, read_bench_result, sharegpt_prompts
+    from helpers.traffic.bench_file import arrival_args, bench_serve_args, read_bench_result, sharegpt_prompts
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,10 +87,9 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
                               output_tokens=output_tokens, seed=7)  # fresh prompts: its own tag, nothing cached
     dataset, result = folder / "prompts-sharegpt.json", folder / "vllm-bench-serve.json"
     write_atomically(dataset, json.dumps(sharegpt_prompts(workload)))
-    arrivals = ["--request-rate", f"{rate:g}", "--burstiness", f"{burstiness:g}", "--seed", str(seed),
-                *(slo.vllm_args() if slo is not None else ())]
     argv = [sys.executable, "-m", "helpers.traffic.vllm_cli", "bench", "serve",
-            *bench_serve_args(server, workload, dataset, resolve_model(server.config.model).model, result, arrivals)]
+            *bench_serve_args(server, workload, dataset, resolve_model(server.config.model).model, result,
+                              arrival_args(rate, burstiness, seed, slo))]
     before = await asyncio.to_thread(scrape, server)
     began = time.monotonic()
     await _run_tool(argv, folder / "vllm-bench-serve.log", timeout_s)
