@@ -12,7 +12,7 @@ import psutil
 
 from tests.conftest import wait_until_gone
 from helpers.serve import group, process
-from helpers.serve._orphan_guard import NOTE_PREFIX
+from helpers.serve._orphan_guard import NOTE_PREFIX, owner_alive, start_ticks
 
 # A leader with two children: one that ignores SIGTERM, one named like the resource tracker
 # (which ignores SIGTERM too and leaves once the others are gone).
@@ -82,6 +82,21 @@ def test_a_stop_on_purpose_leaves_no_death_note(tmp_path):
     process.stop_server_processes(leader, timeout=1.0, temp_dir=temp_dir)
     guard.wait(timeout=10)
     assert NOTE_PREFIX not in log.read_text() and not temp_dir.exists()
+
+
+def test_the_watchdog_knows_its_owner_by_start_tick_not_by_the_wall_clock(monkeypatch):
+    # CI lost every server started during a few minutes to watchdogs that took a live pytest for
+    # a dead one: psutil's create_time() adds the boot time, which Linux derives from the wall
+    # clock, and the virtual machine's clock was stepped. Ticks since boot stay put.
+    me = os.getpid()
+    ticks = start_ticks(me)
+    monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: time.time() + 3600.0)
+    assert owner_alive(me, ticks)
+    assert not owner_alive(me, ticks + 1)  # a recycled pid: same number, another start
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child_ticks = start_ticks(child.pid)
+    child.wait()
+    assert not owner_alive(child.pid, child_ticks)  # gone
 
 
 def test_members_skips_zombies_and_other_sessions():

@@ -12,7 +12,7 @@ It leaves the server alone while ``stop()`` ends it on purpose (the helper sends
 first), and exits once no process of the server is left, removing the server's temporary
 folder and any shared memory it saw the server hold. Started by
 :func:`helpers.serve.process.start_orphan_guard`; run as
-``python -m helpers.serve._orphan_guard OWNER_PID OWNER_START SESSION LOG_PATH TEMP_DIR``.
+``python -m helpers.serve._orphan_guard OWNER_PID OWNER_START_TICKS SESSION LOG_PATH TEMP_DIR``.
 """
 
 from __future__ import annotations
@@ -34,12 +34,27 @@ BROKEN_GRACE_S = 2.0  # a server missing a process has nothing left to finish
 NOTE_PREFIX = "[vllm-course watchdog]"
 
 
-def owner_alive(pid: int, create_time: float) -> bool:
-    """True while the owner runs; a recycled pid belongs to a process started at another time."""
+def start_ticks(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat``, field 22).
+
+    This, not psutil's ``create_time()``, identifies the owner: ``create_time()`` adds the boot
+    time, which Linux derives from the wall clock, so a stepped clock (an NTP step, a virtual
+    machine resumed from a snapshot) moves it, and a watchdog comparing it would take a live
+    kernel for a dead one and end its server. Ticks since boot do not move.
+
+    >>> import os; start_ticks(os.getpid()) == start_ticks(os.getpid()) > 0
+    True
+    """
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()  # the name before ")" may hold spaces
+    return int(fields[19])
+
+
+def owner_alive(pid: int, ticks: int) -> bool:
+    """True while the owner runs; a recycled pid belongs to a process started at another tick."""
     try:
-        process = psutil.Process(pid)
-        return abs(process.create_time() - create_time) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+        return start_ticks(pid) == ticks and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, IndexError, psutil.Error):
         return False
 
 
@@ -55,7 +70,7 @@ def death_note(lost: dict[int, str], left: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    owner_pid, owner_start, session = int(argv[0]), float(argv[1]), int(argv[2])
+    owner_pid, owner_start, session = int(argv[0]), int(argv[1]), int(argv[2])
     log_path, temp_dir = Path(argv[3]), Path(argv[4])
     stopping = []
     signal.signal(signal.SIGUSR1, lambda *_: stopping.append(True))

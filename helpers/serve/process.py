@@ -31,6 +31,7 @@ import psutil
 
 from helpers.paths import COURSE_ROOT, build_dir
 from helpers.serve import group
+from helpers.serve._orphan_guard import start_ticks
 from helpers.serve.config import Launch
 from helpers.serve.group import GroupEnd
 
@@ -63,8 +64,8 @@ def private_temp_env(temp_dir: Path) -> dict[str, str]:
 
 def start_orphan_guard(server_pid: int, log_path: Path, temp_dir: Path) -> subprocess.Popen[bytes]:
     """Start the watchdog of :mod:`helpers.serve._orphan_guard` for the server ``server_pid``."""
-    me = psutil.Process()
-    argv = [sys.executable, "-m", "helpers.serve._orphan_guard", str(me.pid), repr(me.create_time()),
+    me = os.getpid()
+    argv = [sys.executable, "-m", "helpers.serve._orphan_guard", str(me), str(start_ticks(me)),
             str(server_pid), str(log_path), str(temp_dir)]
     return subprocess.Popen(
         argv, env={**os.environ, "PYTHONPATH": str(COURSE_ROOT)},
