@@ -12,7 +12,9 @@ import psutil
 
 from tests.conftest import wait_until_gone
 from helpers.serve import group, process
-from helpers.serve._orphan_guard import NOTE_PREFIX, owner_alive, start_ticks
+from helpers.serve._orphan_guard import NOTE_PREFIX, orphan_note, owner_alive, start_ticks
+from helpers.serve.log import diagnose
+from helpers.paths import COURSE_ROOT
 
 # A leader with two children: one that ignores SIGTERM, one named like the resource tracker
 # (which ignores SIGTERM too and leaves once the others are gone).
@@ -97,6 +99,33 @@ def test_the_watchdog_knows_its_owner_by_start_tick_not_by_the_wall_clock(monkey
     child_ticks = start_ticks(child.pid)
     child.wait()
     assert not owner_alive(child.pid, child_ticks)  # gone
+
+
+OWNER_CODE = """
+import sys, time
+from pathlib import Path
+from helpers.serve import process
+process.start_orphan_guard(int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+time.sleep(1.5)
+"""
+
+
+def test_the_watchdog_ends_a_server_whose_owner_exited_and_says_why_in_its_log(tmp_path):
+    leader = _session(tmp_path)
+    pids = [p.pid for p in group.members(leader.pid)]
+    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
+    log.write_text("vLLM's own lines\n")
+    temp_dir.mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", OWNER_CODE, str(leader.pid), str(log), str(temp_dir)],
+                             cwd=COURSE_ROOT)
+    try:
+        assert owner.wait(timeout=30) == 0
+        assert wait_until_gone(pids, timeout=15) == [], "the watchdog left an orphaned server running"
+        note = [line for line in log.read_text().splitlines() if line.startswith(NOTE_PREFIX)]
+        assert note == [orphan_note(owner.pid)]
+        assert diagnose(log.read_text(), -15).cause == "watchdog"  # what a failed start would report
+    finally:
+        group.end_session(leader.pid, grace_s=0.5, leader=leader)
 
 
 def test_members_skips_zombies_and_other_sessions():

@@ -69,3 +69,20 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_launch_that_cannot_start_leaves_no_temporary_folder(monkeypatch):
+    import helpers.serve.process as process
+    from helpers.serve.server import VLLMServer
+
+    made = []
+    real_new_temp_dir = process.new_temp_dir
+    monkeypatch.setattr(process, "new_temp_dir", lambda port: made.append(real_new_temp_dir(port)) or made[-1])
+
+    def cannot_start(*_):
+        raise FileNotFoundError("no such interpreter")
+
+    monkeypatch.setattr(process, "spawn_server", cannot_start)
+    with pytest.raises(FileNotFoundError):
+        VLLMServer(max_num_seqs=2).start(quiet=True)
+    assert made and not made[0].exists()

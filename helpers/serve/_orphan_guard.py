@@ -69,6 +69,15 @@ def death_note(lost: dict[int, str], left: list[str]) -> str:
     return f"{NOTE_PREFIX} {what} died; the watchdog ended the rest of the server{rest}."
 
 
+def orphan_note(owner_pid: int) -> str:
+    """The line the watchdog adds to the log when the process that started the server is gone.
+
+    >>> orphan_note(4242)
+    '[vllm-course watchdog] the Python process that started this server (pid 4242) is gone; the watchdog ended the server.'
+    """
+    return f"{NOTE_PREFIX} the Python process that started this server (pid {owner_pid}) is gone; the watchdog ended the server."
+
+
 def main(argv: list[str]) -> int:
     owner_pid, owner_start, session = int(argv[0]), int(argv[1]), int(argv[2])
     log_path, temp_dir = Path(argv[3]), Path(argv[4])
@@ -83,6 +92,8 @@ def main(argv: list[str]) -> int:
             shared |= group.shared_memory_files(procs)
             last_maps = time.monotonic()
         if not owner_alive(owner_pid, owner_start):
+            with open(log_path, "a") as log:  # written first: whoever reads the log learns why at once
+                log.write("\n" + orphan_note(owner_pid) + "\n")
             group.end_session(session, ORPHAN_GRACE_S, shared)
             break
         lost = {pid: name for pid, name in cores.items() if pid not in live}

@@ -20,6 +20,8 @@ import re
 import signal
 from dataclasses import dataclass
 
+from helpers.serve._orphan_guard import NOTE_PREFIX
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -162,6 +164,11 @@ def diagnose(log_text: str, returncode: int | None) -> Diagnosis:
         if match:  # the advice quotes the pattern's named groups: {detail}, {asked}, ...
             found = {name: (value or "").strip() for name, value in match.groupdict().items()}
             return Diagnosis(cause, advice.format(**found))
+    # vLLM's own words come first (an engine that failed dies, then the watchdog ends the rest);
+    # with none, the watchdog's note says why the processes were ended.
+    notes = re.findall(re.escape(NOTE_PREFIX) + r" ([^\n]+)", log_text)
+    if notes:
+        return Diagnosis("watchdog", f"The course's watchdog ended the server: {notes[-1]}")
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
         return Diagnosis(
