@@ -134,7 +134,6 @@ class Launch:
 
     argv: list[str]
     env: dict[str, str]  # only the variables the course sets, on top of os.environ
-    thin_main: bool = False  # run vLLM's module behind helpers.serve._vllm_main (CPU: see there)
 
     def shown_env(self) -> dict[str, str]:
         """The environment with every secret's value replaced by ``<hidden>``, for printing.
@@ -145,17 +144,6 @@ class Launch:
 
     def __repr__(self) -> str:
         return f"Launch(argv={self.argv!r}, env={self.shown_env()!r})"
-
-    def process_argv(self) -> list[str]:
-        """The argv the process runs: :attr:`argv`, or with ``thin_main`` the same module and
-        flags behind :mod:`helpers.serve._vllm_main`, whose engine process starts sooner.
-
-        >>> Launch(["py", "-m", "vllm.x", "--port", "1"], {}, thin_main=True).process_argv()
-        ['py', '-m', 'helpers.serve._vllm_main', 'vllm.x', '--port', '1']
-        """
-        if not self.thin_main:
-            return list(self.argv)
-        return [self.argv[0], "-m", "helpers.serve._vllm_main", *self.argv[2:]]
 
     def display_command(self) -> list[str]:
         """The argv without the interpreter path, for showing to learners."""
@@ -229,10 +217,7 @@ def build_launch(
         env["VLLM_API_KEY"] = config.api_key
         # vLLM's own key guards /v1 only; this one guards every route (helpers.serve.key_guard).
         argv += ["--middleware", KEY_GUARD]
-    # vLLM's CPU build spawns its engine process, which re-imports the main module: a thin one
-    # makes starts seconds shorter (helpers.serve._vllm_main). A GPU server runs vLLM's module
-    # as it is until the H200 has validated the thin one there.
-    return Launch(argv, env, thin_main=device == "cpu")
+    return Launch(argv, env)
 
 
 def cpu_dtype(cpu: CPUInfo, requested: str | None = None) -> tuple[str, str]:

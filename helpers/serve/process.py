@@ -46,7 +46,7 @@ def spawn_server(launch: Launch, log_path: Path, temp_dir: Path) -> subprocess.P
     env = {**os.environ, **launch.env, **private_temp_env(temp_dir)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
     with open(log_path, "wb") as log:
-        return subprocess.Popen(launch.process_argv(), env=env, stdin=subprocess.DEVNULL, stdout=log,
+        return subprocess.Popen(launch.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
