@@ -72,6 +72,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_launch_that_cannot_start_leaves_no_temporary_folder(monkeypatch):
+    import subprocess
+    import types
+
     import helpers.serve.process as process
     from helpers.serve.server import VLLMServer
 
@@ -79,10 +82,11 @@ def test_a_launch_that_cannot_start_leaves_no_temporary_folder(monkeypatch):
     real_new_temp_dir = process.new_temp_dir
     monkeypatch.setattr(process, "new_temp_dir", lambda port: made.append(real_new_temp_dir(port)) or made[-1])
 
-    def cannot_start(*_):
+    def cannot_start(*_, **__):
         raise FileNotFoundError("no such interpreter")
 
-    monkeypatch.setattr(process, "spawn_server", cannot_start)
+    monkeypatch.setattr(process, "subprocess", types.SimpleNamespace(
+        Popen=cannot_start, DEVNULL=subprocess.DEVNULL, STDOUT=subprocess.STDOUT))
     with pytest.raises(FileNotFoundError):
         VLLMServer(max_num_seqs=2).start(quiet=True)
     assert made and not made[0].exists()

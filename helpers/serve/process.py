@@ -45,9 +45,13 @@ def spawn_server(launch: Launch, log_path: Path, temp_dir: Path) -> subprocess.P
     ``temp_dir`` (removed with the server: vLLM leaves a ``vllm_dist_*`` file there at each start)."""
     env = {**os.environ, **launch.env, **private_temp_env(temp_dir)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(launch.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with open(log_path, "wb") as log:
+            return subprocess.Popen(launch.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+    except BaseException:  # nothing started, so no stop() will remove the folder
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
 
 
 def new_temp_dir(port: int) -> Path:

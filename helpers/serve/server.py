@@ -28,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import atexit
-import shutil
 import signal
 import subprocess
 import time
@@ -198,11 +197,7 @@ class VLLMServer(ServerAccess):
     def _spawn(self) -> None:
         assert self.launch is not None and self.log_path is not None
         self._temp_dir = process.new_temp_dir(self.port)
-        try:
-            self.process = process.spawn_server(self.launch, self.log_path, self._temp_dir)
-        except BaseException:  # nothing started: nothing else would remove the folder
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
-            raise
+        self.process = process.spawn_server(self.launch, self.log_path, self._temp_dir)
         _LIVE.add(self)
         self._guard = process.start_orphan_guard(self.process.pid, self.log_path, self._temp_dir)
 
