@@ -13,6 +13,10 @@ at the precision it was shown (``33.5`` shows 33.47; ``45.2%`` shows 0.4523). Sh
 appear everywhere, and matched by chance (on 2026-12-02, "47" in a list of output lengths "showed" a batch size of
 47, and "83%" of another trace a utilization of 0.833; a one-digit count matches "2.0x"). So are
 multiple-choice answers (a letter or a setting's name) and plots (text inside a figure is not read).
+Nor are the lines a server prints while it starts (``[  21.0 s] engine process started``, ``ready in 33.2 s``:
+:func:`helpers.serve.server.start_server`'s progress, stamped with the seconds since the start began): a dozen
+numbers in seconds each start, and no exercise asks how long a start took (on 2026-12-03 the stamp "21.0" "showed"
+lab 1's p95 end-to-end latency of 20.9998 s, and failed a CI run by chance).
 An exercise may ask for more digits (``expect(..., digits=4)``): a ratio of two measured numbers, which no cell
 prints, can still equal one of the hundreds of three-digit numbers a measured run prints (on 2026-12-02 an offered
 rate of "1.85" req/s "showed" lab 2's TPOT ratio of 1.853, and failed a CI run by chance).
@@ -38,6 +42,8 @@ from helpers.errors import CourseError
 AUDIT_ENV = "VLLM_COURSE_AUDIT_ANSWERS"
 # A number on its own, not part of a name ("H200", "AVX-512", "SmolLM2-135M", "v0.26") or of a range's far end.
 NUMBER = re.compile(r"(?<![\w.])(?<!\w-)-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
+# a line of a server's start-up progress (helpers.serve.server): left out, see the module's docstring
+PROGRESS_LINE = re.compile(r"^\[\s*\d+\.\d s\] [^\n]*", re.M)
 TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
 SIGNIFICANT_DIGITS = 3  # the fewest a shown number needs to count as showing an answer
 
@@ -113,7 +119,7 @@ def shown_as(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> str 
 def _showing(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> re.Match[str] | None:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
         return None
-    for match in NUMBER.finditer(text):
+    for match in NUMBER.finditer(PROGRESS_LINE.sub(lambda line: " " * len(line.group()), text)):
         token = match.group()
         written = token.rstrip("%").replace(",", "").lstrip("-")
         if len(written.replace(".", "").lstrip("0")) < digits:
