@@ -52,12 +52,18 @@ def test_end_session_ends_every_member_and_waits_for_the_last(tmp_path):
     assert f"in {ended.seconds:.1f} s" in str(ended)
 
 
+def _server_files(tmp_path, log_text):
+    """A server's log (holding ``log_text``) and its temporary folder, as the helper makes them."""
+    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
+    log.write_text(log_text)
+    temp_dir.mkdir()
+    return log, temp_dir
+
+
 def test_the_watchdog_ends_the_rest_when_the_leader_dies_and_says_so(tmp_path):
     leader = _session(tmp_path)
     pids = [p.pid for p in group.members(leader.pid)]
-    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
-    log.write_text("vLLM's own lines\n")
-    temp_dir.mkdir()
+    log, temp_dir = _server_files(tmp_path, "vLLM's own lines\n")
     guard = process.start_orphan_guard(leader.pid, log, temp_dir)
     try:
         time.sleep(1.5)  # the watchdog has seen the processes it must not lose
@@ -74,9 +80,7 @@ def test_the_watchdog_ends_the_rest_when_the_leader_dies_and_says_so(tmp_path):
 
 def test_a_stop_on_purpose_leaves_no_death_note(tmp_path):
     leader = _session(tmp_path)
-    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
-    log.write_text("")
-    temp_dir.mkdir()
+    log, temp_dir = _server_files(tmp_path, "")
     guard = process.start_orphan_guard(leader.pid, log, temp_dir)
     time.sleep(1.5)
     guard.send_signal(signal.SIGUSR1)
@@ -113,9 +117,7 @@ time.sleep(1.5)
 def test_the_watchdog_ends_a_server_whose_owner_exited_and_says_why_in_its_log(tmp_path):
     leader = _session(tmp_path)
     pids = [p.pid for p in group.members(leader.pid)]
-    log, temp_dir = tmp_path / "server.log", tmp_path / "server-tmp"
-    log.write_text("vLLM's own lines\n")
-    temp_dir.mkdir()
+    log, temp_dir = _server_files(tmp_path, "vLLM's own lines\n")
     owner = subprocess.Popen([sys.executable, "-c", OWNER_CODE, str(leader.pid), str(log), str(temp_dir)],
                              cwd=COURSE_ROOT)
     try:

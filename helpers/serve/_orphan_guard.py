@@ -23,8 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 from helpers.serve import group
 
 POLL_S = 0.5  # how quickly a dead process or an orphaned server is noticed
@@ -45,17 +43,22 @@ def start_ticks(pid: int) -> int:
     >>> import os; start_ticks(os.getpid()) == start_ticks(os.getpid()) > 0
     True
     """
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()  # the name before ")" may hold spaces
-    return int(fields[19])
+    return int(_stat_fields(pid)[19])
 
 
 def owner_alive(pid: int, ticks: int) -> bool:
     """True while the owner runs; a recycled pid belongs to a process started at another tick."""
     try:
-        return start_ticks(pid) == ticks and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (OSError, ValueError, IndexError, psutil.Error):
+        fields = _stat_fields(pid)
+        return fields[0] != b"Z" and int(fields[19]) == ticks  # a zombie has exited
+    except (OSError, ValueError, IndexError):
         return False
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """``/proc/PID/stat`` from field 3 (the state) on: the name before it may hold spaces and ")"."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()
 
 
 def death_note(lost: dict[int, str], left: list[str]) -> str:
@@ -92,22 +95,25 @@ def main(argv: list[str]) -> int:
             shared |= group.shared_memory_files(procs)
             last_maps = time.monotonic()
         if not owner_alive(owner_pid, owner_start):
-            with open(log_path, "a") as log:  # written first: whoever reads the log learns why at once
-                log.write("\n" + orphan_note(owner_pid) + "\n")
+            _append(log_path, orphan_note(owner_pid))  # written first: whoever reads the log learns why at once
             group.end_session(session, ORPHAN_GRACE_S, shared)
             break
         lost = {pid: name for pid, name in cores.items() if pid not in live}
         if lost and not stopping:
             names = sorted(group.name_of(proc) for proc in procs)
             ended = group.end_session(session, BROKEN_GRACE_S, shared)
-            with open(log_path, "a") as log:
-                log.write("\n" + death_note(lost, names) + f" ({ended})\n")
+            _append(log_path, f"{death_note(lost, names)} ({ended})")
             break
         cores.update(group.core_processes(procs, session))
         time.sleep(POLL_S)
     group.remove_files(shared)
     shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def _append(log_path: Path, note: str) -> None:
+    with open(log_path, "a") as log:
+        log.write("\n" + note + "\n")
 
 
 if __name__ == "__main__":

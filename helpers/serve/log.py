@@ -157,6 +157,16 @@ def startup_phases(timeline: list[tuple[float, str]], total_s: float | None = No
     return phases
 
 
+def watchdog_note(log_text: str) -> str | None:
+    """The last line the watchdog (:mod:`helpers.serve._orphan_guard`) wrote in a server's log, without its prefix.
+
+    >>> watchdog_note("vLLM's lines\\n[vllm-course watchdog] VLLM::EngineCore (pid 7) died; ...\\n")
+    'VLLM::EngineCore (pid 7) died; ...'
+    """
+    notes = [line for line in log_text.splitlines() if line.startswith(NOTE_PREFIX)]
+    return notes[-1][len(NOTE_PREFIX):].strip() if notes else None
+
+
 def diagnose(log_text: str, returncode: int | None) -> Diagnosis:
     """Name the likely cause of a failed start from the log text and the exit code."""
     for cause, pattern, advice in _CAUSES:
@@ -166,9 +176,8 @@ def diagnose(log_text: str, returncode: int | None) -> Diagnosis:
             return Diagnosis(cause, advice.format(**found))
     # vLLM's own words come first (an engine that failed dies, then the watchdog ends the rest);
     # with none, the watchdog's note says why the processes were ended.
-    notes = re.findall(re.escape(NOTE_PREFIX) + r" ([^\n]+)", log_text)
-    if notes:
-        return Diagnosis("watchdog", f"The course's watchdog ended the server: {notes[-1]}")
+    if note := watchdog_note(log_text):
+        return Diagnosis("watchdog", f"The course's watchdog ended the server: {note}")
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
         return Diagnosis(

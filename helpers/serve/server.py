@@ -38,10 +38,10 @@ from typing import Any
 from helpers.errors import ConfigError, ServerStartError, StartupTimeoutError
 from helpers.hardware import Device
 from helpers.serve import group, preflight, process
-from helpers.serve._orphan_guard import NOTE_PREFIX
 from helpers.serve.access import ServerAccess
 from helpers.serve.config import Launch, ServerConfig, build_launch
-from helpers.serve.log import Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, startup_phases, tail
+from helpers.serve.log import (Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, startup_phases, tail,
+                               watchdog_note)
 from helpers.serve.model import resolve_model
 
 PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
@@ -103,8 +103,7 @@ class VLLMServer(ServerAccess):
     @property
     def death_note(self) -> str | None:
         """What the watchdog wrote when a process of this server died, else None."""
-        notes = [line for line in self.log_text().splitlines() if line.startswith(NOTE_PREFIX)]
-        return notes[-1][len(NOTE_PREFIX):].strip() if notes else None
+        return watchdog_note(self.log_text())
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
