@@ -4,7 +4,8 @@
 # build/gpu/. The notebooks run through scripts/run_course.py: the same code path as `make course`.
 #   SMOLLM2_DIR=/tmp/smollm2   an already converted embedded model (skips the conversion)
 #   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order; also "lab2-dummy" (lab 2 on the
-#       8B shape; its sweep lands in build/lab2/), "capture" (vLLM's
+#       8B shape; its sweep lands in build/lab2/), "nb04-dummy" (notebook 04's step clock and prediction on the
+#       8B shape: run it before lab-dummy, whose comparison reads it), "capture" (vLLM's
 #       flags and /metrics text), "sweep-smollm2" / "sweep-dummy" (the lab's sweep, scripts/lab_sweep.py,
 #       at the lab's GPU output length), "bench-vs-vllm" (scripts/bench_vs_vllm.py: the course client against
 #       `vllm bench serve`, results in build/gpu/bench_vs_vllm, this vLLM's raw result file in
@@ -47,6 +48,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
             "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
         lab2-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
             "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/02_serving_real_traffic.ipynb ;;
+        nb04-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
+            "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b notebooks/04_continuous_batching.ipynb ;;
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb
             cp build/tuning/startup.json build/gpu/notebooks/ 2>/dev/null ;;  # -> results/gpu/startup.json
         test) "$PY" -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser" ;;
