@@ -3,9 +3,10 @@
 # run (no network), e.g. the lent H200, and leaves executed notebooks and lab results under
 # build/gpu/. The notebooks run through scripts/run_course.py: the same code path as `make course`.
 #   SMOLLM2_DIR=/tmp/smollm2   an already converted embedded model (skips the conversion)
-#   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order; also "lab2-dummy" (lab 2 on the
-#       8B shape; its sweep lands in build/lab2/), "nb04-dummy" (notebook 04's step clock and prediction on the
-#       8B shape: run it before lab-dummy, whose comparison reads it), "capture" (vLLM's
+#   STEPS="lab-smollm2 lab-dummy notebooks"   what to run, in this order; also "dummy:PATH" (a notebook
+#       on the 8B shape, e.g. dummy:labs/02_serving_real_traffic.ipynb, whose sweep lands in build/lab2/; run
+#       dummy:notebooks/04_continuous_batching.ipynb before lab-dummy, whose comparison reads its prediction),
+#       "capture" (vLLM's
 #       flags and /metrics text), "sweep-smollm2" / "sweep-dummy" (the lab's sweep, scripts/lab_sweep.py,
 #       at the lab's GPU output length), "bench-vs-vllm" (scripts/bench_vs_vllm.py: the course client against
 #       `vllm bench serve`, results in build/gpu/bench_vs_vllm, this vLLM's raw result file in
@@ -36,6 +37,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
 "$PY" -m helpers.serve.gpu || exit 1
 
+on_8b_shape() {  # notebooks on Llama-3.1-8B's shape with random weights (helpers/serve/dummy_model.py)
+    VLLM_COURSE_MODEL=dummy:llama-3.1-8b "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b "$@"
+}
+
 # The lab's GPU output length (OUTPUT_TOKENS in labs/01_concurrency_lab.ipynb), so sweep and lab compare.
 sweep_args=(--output-tokens 256 --repetitions "${SWEEP_REPETITIONS:-2}")
 [[ -n ${SWEEP_SETTINGS:-} ]] && sweep_args+=(--settings $SWEEP_SETTINGS)
@@ -44,12 +49,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
     echo "=== $step $(date -u +%T)"
     case $step in
         lab-smollm2) "$PY" scripts/run_course.py --out build/gpu/smollm2 labs/01_concurrency_lab.ipynb ;;
-        lab-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
-            "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/01_concurrency_lab.ipynb ;;
-        lab2-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
-            "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b labs/02_serving_real_traffic.ipynb ;;
-        nb04-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
-            "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b notebooks/04_continuous_batching.ipynb ;;
+        lab-dummy) on_8b_shape labs/01_concurrency_lab.ipynb ;;
+        dummy:*) on_8b_shape "${step#dummy:}" ;;
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb
             cp build/tuning/startup.json build/gpu/notebooks/ 2>/dev/null ;;  # -> results/gpu/startup.json
         test) "$PY" -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser" ;;
