@@ -25,10 +25,11 @@ AWAITING = json.loads((EXECUTED / "AWAITING.json").read_text()) if (EXECUTED / "
 
 
 def source_of(copy: Path) -> Path:
-    """notebooks/NN_name.ipynb for NN_name.ipynb; labs/NAME.ipynb for lab_NAME-MODEL.ipynb (one copy per model)."""
+    """notebooks/NN_name.ipynb for NN_name.ipynb or NN_name-MODEL.ipynb (a run on another model than the default,
+    e.g. the 8B shape); labs/NAME.ipynb for lab_NAME-MODEL.ipynb (one copy per model)."""
     if copy.name.startswith("lab_"):
         return ROOT / "labs" / (copy.name[len("lab_"):].split("-", 1)[0] + ".ipynb")
-    return ROOT / "notebooks" / copy.name
+    return ROOT / "notebooks" / (copy.stem.split("-", 1)[0] + ".ipynb")
 
 
 def code_cells(path: Path) -> list[dict]:
