@@ -31,6 +31,7 @@ from helpers.tuning.measure import measure
 from helpers.tuning.plots import plot_engine, plot_lever, plot_tradeoff
 from helpers.tuning.report import checklist
 from tests.conftest import finished_requests
+from tests.real_server import SMALL_POOL
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,7 @@ def test_the_lab_sweep_script_keeps_what_it_measured_and_exits_1_naming_the_load
         if started:  # the second setting: a start that fails, as on a machine out of memory (no second server)
             raise ServerStartError("The vLLM server exited during start-up (process killed).", cause="process killed",
                                    log_tail="", log_path="vllm.log")
-        server = start_server(max_num_seqs=max_num_seqs, quiet=quiet)
+        server = start_server(max_num_seqs=max_num_seqs, quiet=quiet, **SMALL_POOL)
         started.append(server)
         stop = server.stop
 
@@ -113,7 +114,7 @@ def test_the_lab_sweep_script_keeps_what_it_measured_and_exits_1_naming_the_load
 
 
 def test_a_tuning_comparison_whose_second_run_lost_its_server_keeps_the_first_and_names_the_death(tmp_path):
-    server = start_server(max_num_seqs=2, quiet=True)
+    server = start_server(max_num_seqs=2, quiet=True, **SMALL_POOL)
     try:
         async def both():
             first = await measure(server, build_workload(server, num_requests=2, output_tokens=4),

@@ -25,13 +25,14 @@ from helpers.hardware import detect_device
 from helpers.serve import process
 from helpers.serve.server import VLLMServer, running_servers, start_server
 from tests.conftest import vllm_processes, wait_until_gone
+from tests.real_server import SMALL_POOL
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server(max_num_seqs=4, quiet=True) as running:
+    with start_server(max_num_seqs=4, quiet=True, **SMALL_POOL) as running:
         yield running
 
 
@@ -101,7 +102,7 @@ def test_choosing_a_port_skips_one_that_is_bound_but_not_yet_listening():
 
 
 def test_stop_leaves_no_process_behind():
-    running = start_server(max_num_seqs=2, quiet=True)
+    running = start_server(max_num_seqs=2, quiet=True, **SMALL_POOL)
     family = [running.process.pid, *(c.pid for c in psutil.Process(running.process.pid).children(recursive=True))]
     assert len(family) >= 2  # the API server and its engine core
     running.stop()
@@ -184,7 +185,7 @@ def test_invalid_settings_never_launch_anything():
     assert len(vllm_processes()) == before
 
 
-KERNEL_CODE = "from helpers.serve.server import start_server\nserver = start_server(max_num_seqs=2)\n"
+KERNEL_CODE = "from helpers.serve.server import start_server\nserver = start_server(max_num_seqs=2, kv_cache_space_gib=0.25)\n"
 
 
 def _kernel():
