@@ -16,7 +16,9 @@
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
-#       notebooks and labs. VLLM_COURSE_GPU_AS=t4 in the environment makes every step take a T4's code path
+#       notebooks and labs; "test-part:PATH" the same pytest over one piece of it (a tests/ file, tests/, a
+#       notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
+#       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment makes every step take a T4's code path
 #       (float16, Triton attention) on a bigger GPU.
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
@@ -41,6 +43,13 @@ on_8b_shape() {  # notebooks on Llama-3.1-8B's shape with random weights (helper
     VLLM_COURSE_MODEL=dummy:llama-3.1-8b "$PY" scripts/run_course.py --out build/gpu/dummy-llama-3.1-8b "$@"
 }
 
+gpu_pytest() {  # NAME PATHS...: make test-gpu's pytest over PATHS, its results in build/gpu/test-results/NAME.xml
+    local name=$1; shift
+    mkdir -p build/gpu/test-results
+    "$PY" -m pytest "$@" --nbval-lax -p no:cacheprovider -v -m "not browser" --ignore=labs/learner \
+        --junitxml="build/gpu/test-results/$name.xml"
+}
+
 # The lab's GPU output length (OUTPUT_TOKENS in labs/01_concurrency_lab.ipynb), so sweep and lab compare.
 sweep_args=(--output-tokens 256 --repetitions "${SWEEP_REPETITIONS:-2}")
 [[ -n ${SWEEP_SETTINGS:-} ]] && sweep_args+=(--settings $SWEEP_SETTINGS)
@@ -53,7 +62,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         dummy:*) on_8b_shape "${step#dummy:}" ;;
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb
             cp build/tuning/startup.json build/gpu/notebooks/ 2>/dev/null ;;  # -> results/gpu/startup.json
-        test) "$PY" -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser" ;;
+        test) gpu_pytest all tests notebooks labs ;;
+        test-part:*) gpu_pytest "$(basename "${step#test-part:}")" "${step#test-part:}" ;;
         nbval) "$PY" -m pytest notebooks labs --nbval-lax -p no:cacheprovider -v ;;
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
         sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
