@@ -82,7 +82,36 @@ def test_the_filled_lab_passes_every_check_on_its_own_run():
 @pytest.mark.server
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_the_filled_lab_2_passes_every_check_on_its_own_run():
-    outputs, marks = run_filled("02_serving_real_traffic")
+    from nbclient.exceptions import CellExecutionError
+
+    try:
+        outputs, marks = run_filled("02_serving_real_traffic")
+    except CellExecutionError:
+        # Question 1 divides each setting's measured saturation rate; a setting that kept up at every rate
+        # offered has none (docs/solutions/02_serving_real_traffic.md says so). That is the sweep's outcome on
+        # this run (its clock was timed slow, so every rate was too low), not the lab's error: one more run,
+        # as a learner would; any other failure, or the same outcome twice, fails.
+        if not a_setting_never_overloaded(newest_lab2_sweep()):
+            raise
+        outputs, marks = run_filled("02_serving_real_traffic")
     assert marks == ["✏️", "✅"] * 2, verdict_lines(outputs)  # questions 1 (a slot's worth), 2 (TPOT at light load)
     assert "✅ a slot of the larger batch against one of the smaller: correct" in outputs["q1"], outputs["q1"]
     assert "✅ TPOT at light load, larger over smaller: correct" in outputs["q2"], outputs["q2"]
+
+
+def newest_lab2_sweep() -> Path | None:
+    """The sweep file of the newest lab 2 run under the build folder (each run has a folder of its own, by time)."""
+    from helpers.paths import build_dir
+
+    runs = sorted(path for path in build_dir("lab2").glob("*/sweep.json"))
+    return runs[-1] if runs else None
+
+
+def a_setting_never_overloaded(sweep: Path | None) -> bool:
+    from helpers.traffic.rates import load_rate_sweep, measured_saturation
+
+    if sweep is None:
+        return False
+    points, _ = load_rate_sweep(sweep)
+    found = measured_saturation(points)
+    return bool(found) and any(each.estimate is None for each in found.values())
