@@ -25,9 +25,11 @@ from pathlib import Path
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine
 from helpers.paths import build_dir
+from helpers.serve.log import MILESTONES
 from helpers.serve.server import start_server
 
-INIT_ENGINE = re.compile(r"init engine .* took (?P<secs>[\d.]+) s")
+# vLLM's own "init engine ... took N s" line, as the server's start-up milestones read it
+INIT_ENGINE = re.compile(next(pattern for pattern, label in MILESTONES if label.startswith("engine initialised")))
 
 
 def one_start(pool_gib: float) -> dict:

@@ -18,8 +18,8 @@
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
 #       notebooks and labs; "test-part:PATH" the same pytest over one piece of it (a tests/ file, tests/, a
 #       notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
-#       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment makes every step take a T4's code path
-#       (float16, Triton attention) on a bigger GPU.
+#       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
+#       makes every step take a T4's code path (float16, Triton attention) on a bigger GPU.
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
 set -uo pipefail

@@ -185,7 +185,8 @@ def test_invalid_settings_never_launch_anything():
     assert len(vllm_processes()) == before
 
 
-KERNEL_CODE = "from helpers.serve.server import start_server\nserver = start_server(max_num_seqs=2, kv_cache_space_gib=0.25)\n"
+KERNEL_CODE = ("from helpers.serve.server import start_server\n"
+               f"server = start_server(max_num_seqs=2, kv_cache_space_gib={SMALL_POOL['kv_cache_space_gib']})\n")
 
 
 def _kernel():
