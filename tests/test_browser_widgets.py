@@ -2,8 +2,7 @@
 
 For the PagedAttention and continuous-batching notebooks, this test opens a copy in a private
 JupyterLab (tests/jupyterlab_browser.py) with headless Chromium, runs every cell from the Run
-menu (each notebook starts a real vLLM server: 1-2 minutes here, longer on a busy machine),
-and then checks from the page:
+menu, and then checks from the page:
 
 - every code cell ran, and none produced an error output (vLLM's warnings on stderr are fine);
 - each animation's widgets rendered (Play, the step slider, the frame image), without
@@ -11,6 +10,12 @@ and then checks from the page:
 - after pressing Play, the step advances and the drawn frame changes (the PNG bytes of the
   image differ between two moments), while the animation is still mid-run;
 - the static fallback figures (for viewers without widgets) are there as loaded images.
+
+The copy holds the notebook's cells up to its first server start (``start_server(``): both
+notebooks build their animations and static figures from the simulators before that cell, and
+``make test`` runs each whole notebook against the real server through nbval anyway, so a
+second server start here (about 40 s a notebook on 2 cores) would test nothing the page shows.
+If an animation or a figure moves below the first server, the test fails and says so.
 
 Screenshots land in build/browser/: the notebook after its run, and each animation at two
 moments while it plays. Needs Debian's chromium and the playwright package
@@ -22,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -33,7 +37,8 @@ from tests.jupyterlab_browser import CHROMIUM, JupyterLab, launch_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
-RUN_TIMEOUT_S = 900  # one notebook's Run All; 1-2 min on a quiet 2-core machine
+RUN_TIMEOUT_S = 600  # Run All of one notebook's cells before its server; under a minute on a quiet 2-core machine
+FIRST_SERVER = "start_server("  # the copy stops before the first code cell that contains this
 FRAME_TIMEOUT_S = 60  # waiting for the kernel to draw the next frame
 
 # notebook -> what its page must show: animations (Play widgets), and the cells whose image
@@ -125,7 +130,7 @@ def lab(tmp_path_factory, out_dir):
     root = work / "course"
     (root / "notebooks").mkdir(parents=True)
     for name in NOTEBOOKS:  # copies: whatever the browser does, the course's notebooks stay untouched
-        shutil.copy(COURSE_ROOT / "notebooks" / name, root / "notebooks" / name)
+        before_first_server(COURSE_ROOT / "notebooks" / name, root / "notebooks" / name)
     with JupyterLab(root, work / "home", out_dir / "jupyterlab.log") as server:
         yield server
 
@@ -140,6 +145,16 @@ def browser(lab, tmp_path_factory):
             yield context
         finally:
             context.close()
+
+
+def before_first_server(source: Path, copy: Path) -> None:
+    """Write ``copy``: ``source``'s cells up to (not including) the first code cell that starts a server."""
+    notebook = json.loads(source.read_text())
+    starts = [i for i, cell in enumerate(notebook["cells"])
+              if cell["cell_type"] == "code" and FIRST_SERVER in "".join(cell["source"])]
+    assert starts, f"{source.name} starts no server ({FIRST_SERVER!r}): copy it whole instead"
+    notebook["cells"] = notebook["cells"][:starts[0]]
+    copy.write_text(json.dumps(notebook, indent=1) + "\n")
 
 
 # ----- the test ---------------------------------------------------------------------------------------
@@ -248,7 +263,8 @@ def _next_frame(page, k: int, after: dict, min_step: int = 0) -> dict:
 def _assert_fallback_figures_shown(page, state: dict, markers: tuple[str, ...]) -> None:
     for marker in markers:
         cells = [c for c in state["cells"] if marker in c["source"]]
-        assert len(cells) == 1, f"no single cell contains {marker!r}; was the notebook changed?"
+        assert len(cells) == 1, (f"no single cell before the first server contains {marker!r}; was the notebook "
+                                 "changed, or the figure moved below the server start?")
         cell = cells[0]
         assert any("image/png" in o["mimes"] for o in cell["outputs"]), f"cell {cell['index']} has no figure"
         images = page.evaluate(CELL_IMAGES_JS, cell["index"])
