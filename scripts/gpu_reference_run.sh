@@ -16,8 +16,8 @@
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
-#       notebooks and labs; "test-part:PATH" the same pytest over one piece of it (a tests/ file, tests/, a
-#       notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
+#       notebooks and labs; "test-part:PATH[,PATH...]" the same pytest over one piece of it (tests/ files, tests/,
+#       a notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
 #       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
 #       makes every step take a T4's code path (float16, Triton attention) on a bigger GPU.
 # On a normal GPU machine use `make course` instead, and
@@ -63,7 +63,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
         notebooks) "$PY" scripts/run_course.py --out build/gpu/notebooks notebooks/0*.ipynb
             cp build/tuning/startup.json build/gpu/notebooks/ 2>/dev/null ;;  # -> results/gpu/startup.json
         test) gpu_pytest all tests notebooks labs ;;
-        test-part:*) gpu_pytest "$(basename "${step#test-part:}")" "${step#test-part:}" ;;
+        test-part:*) IFS=, read -ra part <<< "${step#test-part:}"  # PATH or PATH,PATH,...: one results file
+            gpu_pytest "$(basename "${part[0]}")$( (( ${#part[@]} > 1 )) && echo "+$(( ${#part[@]} - 1 ))")" "${part[@]}" ;;
         nbval) "$PY" -m pytest notebooks labs --nbval-lax -p no:cacheprovider -v ;;
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
         sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
