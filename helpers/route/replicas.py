@@ -32,7 +32,7 @@ import psutil
 
 from helpers.errors import ConfigError, NotEnoughMemoryError
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, LOOPBACK, ServerConfig
-from helpers.serve.preflight import SERVER_RSS_GIB, choose_device
+from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device
 from helpers.serve.server import VLLMServer
 
 GPU_SHARE = 0.85  # of the GPU's memory, split between the replicas when no utilization is given
@@ -129,6 +129,8 @@ def replica_configs(n: int, config: ServerConfig) -> list[ServerConfig]:
         usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         cores = replica_cores(n, usable) if n > 1 else [config.cpu_cores]
         return [replace(config, cpu_cores=share) for share in cores]
+    if config.kv_cache_space_gib:
+        check_gpu_kv_fits(config.kv_cache_space_gib, replicas=n)
     share = config.gpu_memory_utilization
     if share is None:
         share = round(GPU_SHARE / n, 2)

@@ -83,7 +83,11 @@ def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConf
 def check_memory(config: ServerConfig, device: Device) -> None:
     """Refuse a CPU KV cache that, with the server itself, does not fit in the free memory."""
     if device != "cpu":
-        return  # vLLM measures GPU memory itself and says so clearly
+        # vLLM measures GPU memory itself and says so clearly, but only after its start-up (minutes
+        # on a GPU): a pool larger than the whole GPU is refused here, before anything launches
+        if config.kv_cache_space_gib:
+            check_gpu_kv_fits(config.kv_cache_space_gib)
+        return
     kv_gib = config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB
     wanted = kv_gib + SERVER_RSS_GIB
     available = psutil.virtual_memory().available / 2**30
@@ -94,6 +98,21 @@ def check_memory(config: ServerConfig, device: Device) -> None:
             f"{available:.1f} GiB of memory is free. Lower kv_cache_space_gib, or stop other "
             "servers (helpers.serve.server.running_servers() lists this kernel's)."
         )
+
+
+def check_gpu_kv_fits(kv_gib: float, replicas: int = 1) -> None:
+    """Refuse ``replicas`` KV pools of ``kv_gib`` each that add up to more than the first GPU's memory."""
+    gpus = detect_gpus()
+    if not gpus:
+        return
+    total_gib = gpus[0].memory_mib / 1024
+    if replicas * kv_gib <= total_gib:
+        return
+    who = f"A {kv_gib:g} GiB KV cache" if replicas == 1 else \
+        f"{replicas} replicas need about {replicas * kv_gib:g} GiB of KV cache ({kv_gib:g} GiB each), which"
+    raise NotEnoughMemoryError(
+        f"{who} does not fit in this GPU's {total_gib:.0f} GiB ({gpus[0].name}), before the weights. Lower "
+        "kv_cache_space_gib, or leave it unset: on a GPU vLLM sizes the pool from gpu_memory_utilization.")
 
 
 def choose_port(config: ServerConfig) -> int:
