@@ -63,7 +63,8 @@ def test_nbval_runs_fail_the_same_way(tmp_path):
         nbformat.write(notebook(*cells), path)
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
                               "--rootdir", str(tmp_path), str(path)], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+                             timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(  # the course, then what was already on the path
+                                 p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}, check=False)
         assert run.returncode == code, run.stdout[-2000:]
         assert ("AnswerShownAbove" in run.stdout) == (code == 1)
 

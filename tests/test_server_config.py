@@ -289,7 +289,11 @@ def test_the_flag_tables_match_vllms_parser():
     parser = _vllm_parser_or_skip()
     actions = parser._option_string_actions
     for dest, flags in server_flags._GUARDED.items():
-        assert all(actions[flag].dest == dest for flag in flags), dest
+        # a later alias may be missing from an older vLLM (0.32's --device-memory-utilization is not in 0.26,
+        # the GPU pin); the first spelling is the one every supported version has
+        known = [flag for flag in flags if flag in actions]
+        assert known[:1] == [flags[0]], (dest, flags[0])
+        assert all(actions[flag].dest == dest for flag in known), dest
     for flag in server_flags.KNOWN_FREE:
         assert flag in actions and actions[flag].dest not in server_flags.OWNED, flag
 
