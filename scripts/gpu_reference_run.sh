@@ -12,7 +12,8 @@
 #       `vllm bench serve`, results in build/gpu/bench_vs_vllm, this vLLM's raw result file in
 #       tests/data/bench_serve/; BENCH_ARGS adds to its arguments, e.g. "--requests 2000"), "bench-open" (the
 #       same at one request rate, open loop: BENCH_OPEN_ARGS, by default lab 2's GPU cross-check, 8 slots at
-#       13 requests/s, 128 output tokens, 320 requests a run) or a notebook path
+#       13 requests/s, 128 output tokens, 320 requests a run), "clock-slots" (scripts/bench_step_clock_slots.py:
+#       the same decode batches timed on 8-slot and 64-slot servers) or a notebook path
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
@@ -71,6 +72,7 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
             "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/dummy-llama-3.1-8b ;;
         bench-vs-vllm) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_vs_vllm ${BENCH_ARGS:-} \
             --capture tests/data/bench_serve/ ;;
+        clock-slots) "$PY" scripts/bench_step_clock_slots.py --out build/gpu/step_clock_slots.json ;;
         bench-open) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_open ${BENCH_OPEN_ARGS:---max-num-seqs 8 \
             --request-rate 13 --output-tokens 128 --requests 320} ;;
         capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py

@@ -12,7 +12,7 @@ import pytest
 
 from helpers.serve.key_guard import OPEN_ROUTES, RequireKeyEverywhere
 from helpers.serve.server import start_server
-from tests.real_server import SMALL_POOL
+from tests.real_server import QUICK_START
 
 KEY = "guard-test-key-5f1c"
 UNLISTED = {"/openapi.json": ["get"], "/docs": ["get"], "/redoc": ["get"]}  # FastAPI's own pages
@@ -31,7 +31,7 @@ def _call(url: str, method: str, key: str | None) -> tuple[int, bytes]:
 
 @pytest.fixture(scope="module")
 def keyed_server():
-    with start_server(max_num_seqs=2, api_key=KEY, quiet=True, **SMALL_POOL) as server:
+    with start_server(max_num_seqs=2, api_key=KEY, quiet=True, **QUICK_START) as server:
         yield server
 
 

@@ -26,7 +26,7 @@ from helpers.load.client import Endpoint, RequestSpec
 from helpers.load.http import make_client
 from helpers.load.run import run_load_test
 from helpers.load.summary import summarize
-from tests.real_server import SMALL_POOL, server_fixture
+from tests.real_server import QUICK_START, server_fixture
 from tests.conftest import finished_requests
 
 
@@ -454,7 +454,7 @@ class TestAgainstVLLM:
 def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a_hang():
     from helpers.serve.server import start_server
 
-    server = start_server(max_num_seqs=4, quiet=True, **SMALL_POOL)
+    server = start_server(max_num_seqs=4, quiet=True, **QUICK_START)
     try:
         workload = build_workload(server, num_requests=16, output_tokens=64)
 

@@ -14,6 +14,7 @@ import pytest
 from helpers.load.prometheus import MetricsSample, counter_delta, metrics_finding, parse_metrics, summarize_samples
 from helpers.load.plots import plot_metrics
 from helpers.load.poller import poll_metrics, scrape, watch
+from tests.real_server import QUICK_START
 
 CAPTURE = Path(__file__).parent / "data" / "metrics" / "vllm-0.32-cpu-busy-max_num_seqs-4.txt"
 
@@ -156,14 +157,16 @@ def test_the_real_engine_pins_running_at_max_num_seqs_and_queues_the_rest():
     from helpers.serve.server import start_server
     from helpers.batching.measure import send_trace
 
-    with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True) as server:
-        burst = lab_trace(num_requests=6, prompt_lens=(16, 64), output_len=16)
+    with start_server(max_num_seqs=2, quiet=True, **QUICK_START) as server:
+        # long enough to be seen between two scrapes: on the H200, 6 x 16 tokens were over before a second one
+        output_len = 16 if server.device == "cpu" else 512
+        burst = lab_trace(num_requests=6, prompt_lens=(16, 64), output_len=output_len)
         records, samples = asyncio.run(watch(send_trace(server, burst), server, interval_s=0.1))
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
     m = summarize_samples(samples, max_num_seqs=2)
     assert max(s.num_requests_running for s in samples) == 2  # capped, and reached
     assert m.peak_waiting > 0
-    assert m.generation_tokens == 6 * 16
+    assert m.generation_tokens == 6 * output_len
 
 
 def test_no_samples_at_all_is_a_clear_error_not_an_assertion():

@@ -11,7 +11,7 @@ from helpers.errors import InvalidArgumentError
 from helpers.lab.naive import compare_naive, naive_run
 from helpers.load.client import RequestSpec
 from helpers.load.workload import Workload
-from tests.real_server import SMALL_POOL
+from tests.real_server import QUICK_START
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 
@@ -35,7 +35,7 @@ def test_the_loop_and_vllm_serve_the_same_requests_and_the_comparison_says_how_t
     from helpers.serve.server import start_server
 
     workload = text_workload(3, 12)
-    with start_server(max_num_seqs=4, quiet=True, **SMALL_POOL) as server:
+    with start_server(max_num_seqs=4, quiet=True, **QUICK_START) as server:
         dtype = server.kv_cache.dtype
         vllm_run = asyncio.run(run_load_test(server, workload, progress=False, timeout_s=300))
     naive = naive_run(resolve_model().model, workload, dtype=dtype)  # after the server stopped: no shared cores

@@ -18,13 +18,14 @@ from helpers.route.policies import measure_policy
 from helpers.route.prefix_workload import grouped_prefix_workload
 from helpers.route.replicas import start_replicas
 from helpers.route.router import start_router
+from tests.real_server import QUICK_START
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 
 
 @pytest.fixture(scope="module")
 def replicas():
-    with start_replicas(1, max_num_seqs=4, kv_cache_space_gib=0.25, max_model_len=1024, quiet=True) as running:
+    with start_replicas(1, max_num_seqs=4, max_model_len=1024, quiet=True, **QUICK_START) as running:
         yield running
 
 

@@ -34,6 +34,7 @@ from helpers.route.router import VLLMRouter, start_router
 from helpers.route.spread import describe_shares, replica_shares, scrape_replicas
 from helpers.serve.classroom import SharedServerError, connect
 from tests.conftest import finished_requests
+from tests.real_server import QUICK_START
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 KEY = "route-" + secrets.token_urlsafe(12)
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def replicas():
-    with start_replicas(2, max_num_seqs=4, kv_cache_space_gib=0.25, max_model_len=1024, api_key=KEY,
+    with start_replicas(2, max_num_seqs=4, max_model_len=1024, api_key=KEY, **QUICK_START,
                         quiet=True) as running:
         yield running
 

@@ -31,7 +31,7 @@ from helpers.tuning.measure import measure
 from helpers.tuning.plots import plot_engine, plot_lever, plot_tradeoff
 from helpers.tuning.report import checklist
 from tests.conftest import finished_requests
-from tests.real_server import SMALL_POOL
+from tests.real_server import QUICK_START
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_the_lab_sweep_script_keeps_what_it_measured_and_exits_1_naming_the_load
         if started:  # the second setting: a start that fails, as on a machine out of memory (no second server)
             raise ServerStartError("The vLLM server exited during start-up (process killed).", cause="process killed",
                                    log_tail="", log_path="vllm.log")
-        server = start_server(max_num_seqs=max_num_seqs, quiet=quiet, **SMALL_POOL)
+        server = start_server(max_num_seqs=max_num_seqs, quiet=quiet, **QUICK_START)
         started.append(server)
         stop = server.stop
 
@@ -114,7 +114,7 @@ def test_the_lab_sweep_script_keeps_what_it_measured_and_exits_1_naming_the_load
 
 
 def test_a_tuning_comparison_whose_second_run_lost_its_server_keeps_the_first_and_names_the_death(tmp_path):
-    server = start_server(max_num_seqs=2, quiet=True, **SMALL_POOL)
+    server = start_server(max_num_seqs=2, quiet=True, **QUICK_START)
     try:
         async def both():
             first = await measure(server, build_workload(server, num_requests=2, output_tokens=4),
@@ -145,7 +145,7 @@ def test_a_tuning_comparison_whose_second_run_lost_its_server_keeps_the_first_an
 
 
 def test_the_step_time_measurement_returns_what_it_timed_before_the_server_died(capsys):
-    server = start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True)
+    server = start_server(max_num_seqs=2, quiet=True, **QUICK_START)
     try:
         async def measure_then_replay():
             killer = Killer(server, after=4)  # the warm-up, decode x1 and decode x2 of the first repeat

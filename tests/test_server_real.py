@@ -25,14 +25,14 @@ from helpers.hardware import detect_device
 from helpers.serve import process
 from helpers.serve.server import VLLMServer, running_servers, start_server
 from tests.conftest import vllm_processes, wait_until_gone
-from tests.real_server import SMALL_POOL
+from tests.real_server import QUICK_START
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server(max_num_seqs=4, quiet=True, **SMALL_POOL) as running:
+    with start_server(max_num_seqs=4, quiet=True, **QUICK_START) as running:
         yield running
 
 
@@ -102,7 +102,7 @@ def test_choosing_a_port_skips_one_that_is_bound_but_not_yet_listening():
 
 
 def test_stop_leaves_no_process_behind():
-    running = start_server(max_num_seqs=2, quiet=True, **SMALL_POOL)
+    running = start_server(max_num_seqs=2, quiet=True, **QUICK_START)
     family = [running.process.pid, *(c.pid for c in psutil.Process(running.process.pid).children(recursive=True))]
     assert len(family) >= 2  # the API server and its engine core
     running.stop()
@@ -148,7 +148,7 @@ def test_invalid_flag_value_is_reported_with_vllms_words():
 
 def test_max_model_len_beyond_the_kv_cache_is_diagnosed():
     with pytest.raises(ServerStartError) as caught:
-        start_server(kv_cache_space_gib=0.05, max_model_len=8192, quiet=True)
+        start_server(kv_cache_space_gib=0.05, max_model_len=8192, eager=True, quiet=True)
     assert caught.value.cause == "max model length exceeds KV cache"
     assert "lower max_model_len" in str(caught.value) and "last lines" in str(caught.value)
     assert "max_model_len=8192 tokens needs" in str(caught.value)  # with both sizes, from vLLM's words
@@ -186,7 +186,7 @@ def test_invalid_settings_never_launch_anything():
 
 
 KERNEL_CODE = ("from helpers.serve.server import start_server\n"
-               f"server = start_server(max_num_seqs=2, kv_cache_space_gib={SMALL_POOL['kv_cache_space_gib']})\n")
+               f"server = start_server(max_num_seqs=2, **{QUICK_START!r})\n")
 
 
 def _kernel():
@@ -261,7 +261,7 @@ def test_a_killed_kernel_leaves_no_server_behind():
 def test_a_server_with_an_api_key_refuses_requests_without_it():
     import openai
 
-    with start_server(api_key="classroom-key", max_num_seqs=2, quiet=True) as keyed:
+    with start_server(api_key="classroom-key", max_num_seqs=2, quiet=True, **QUICK_START) as keyed:
         hello = {"model": keyed.model_name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
         assert keyed.client().chat.completions.create(**hello).usage.completion_tokens >= 1
         wrong = openai.OpenAI(base_url=keyed.base_url, api_key="not-the-key")
@@ -315,12 +315,16 @@ def test_float16_on_a_cpu_without_it_is_refused_with_the_dtype_to_use(dtype):
     assert time.monotonic() - began < 5 and set(running_servers()) == before
 
 
-def test_the_cpu_server_does_not_log_its_step_budget_and_its_kv_pool_checks_by_hand_exactly(server):
+def test_the_step_budget_is_read_from_the_log_and_the_kv_pool_checks_by_hand_exactly(server):
     from helpers.paged.kv_math import check_pool, kv_bytes_per_token, load_config
-    from helpers.serve.budget import step_budget
+    from helpers.serve.budget import VLLM_UNLOGGED_DEFAULT, step_budget
     from helpers.serve.model import resolve_model
 
-    assert step_budget(server.log_text()).tokens == 2048  # vLLM's default, not logged (helpers.serve.budget)
+    budget = step_budget(server.log_text())
+    if server.device == "cpu":  # vLLM's default, which it does not log (helpers.serve.budget)
+        assert (budget.tokens, budget.source) == (VLLM_UNLOGGED_DEFAULT, "vLLM's default, which it does not log")
+    else:  # a GPU's budget is its own (8,192 on the H200 with vLLM 0.26), and logged
+        assert budget.source == "the server's log" and budget.tokens >= VLLM_UNLOGGED_DEFAULT
     kv = server.kv_cache
     check = check_pool(kv, kv_bytes_per_token(load_config(resolve_model().model), dtype_bytes=kv.bytes_per_value))
     assert kv.memory_rounding_bytes == 0 and check.lands and check.blocks[0] == kv.num_blocks

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.conftest import wait_until_gone
-from tests.real_server import SMALL_POOL
+from tests.real_server import QUICK_START
 from helpers.serve import group
 from helpers.serve.server import running_servers, start_server
 
@@ -22,7 +22,7 @@ def _names(server) -> dict[int, str]:
 
 @pytest.mark.parametrize("victim", ["api_server", "VLLM::EngineCore", "resource_tracker"])
 def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_died(victim):
-    server = start_server(max_num_seqs=4, quiet=True, **SMALL_POOL)
+    server = start_server(max_num_seqs=4, quiet=True, **QUICK_START)
     try:
         names = _names(server)
         assert set(names.values()) >= {"api_server", "VLLM::EngineCore", "resource_tracker"}
@@ -53,7 +53,7 @@ def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_
 
 
 def test_stop_returns_once_every_process_is_gone_and_says_how_long_it_took():
-    server = start_server(max_num_seqs=4, quiet=True, **SMALL_POOL)
+    server = start_server(max_num_seqs=4, quiet=True, **QUICK_START)
     names = _names(server)
     temp_dir = server._temp_dir
     ended = server.stop()

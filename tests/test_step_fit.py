@@ -28,6 +28,7 @@ from helpers.batching.prediction import load_prediction, prediction_record, save
 from helpers.batching.step_time import StepTimeModel
 from helpers.batching.trace import BatchRequest
 from helpers.load.client import RequestRecord
+from tests.real_server import QUICK_START
 
 
 class FakeLoadTester:
@@ -286,7 +287,7 @@ def test_measuring_the_real_server_gives_a_positive_fitted_model():
     from helpers.serve.server import start_server
 
     # A budget other than vLLM's default of 2,048, which vLLM 0.32 then logs (helpers.serve.budget says why only then)
-    with start_server(max_num_seqs=2, kv_cache_space_gib=0.25, quiet=True,
+    with start_server(max_num_seqs=2, quiet=True, **QUICK_START,
                       extra_args=("--max-num-batched-tokens", "1024")) as server:
         # a prefill of 512 tokens against one of 32, twice: on a 2-core machine with other jobs beside it, one
         # 256-token prefill once was lost in the noise (the fit gave it 0 s); 512 costs about a second there
@@ -301,13 +302,16 @@ def test_measuring_the_real_server_gives_a_positive_fitted_model():
     assert (prefill.label, prefill.num_steps, prefill.num_prefill_tokens) == ("prefill 512-32 tokens", 0, 480)
     fit = data.fit()
     assert fit.overhead_s + fit.decode_seq_s > 0 and fit.prefill_token_s > 0
-    assert 1 < fit.decode_tok_s(1) < 1000  # tok/s: a 135M model on a CPU
+    assert 1 < fit.decode_tok_s(1) < (1000 if server.device == "cpu" else 100_000)  # tok/s of a 135M model
     # The short prompt pays what any prefill pays (the step's overhead, sampling) besides its 32 tokens: more than
     # a sixteenth of the long one's time. The fit charges a token the slope between them, not a prompt's time / its
     # length (the fit before: it charged every token a share of that fixed cost).
     short, long = (statistics.median(data.timings[f"prefill {n} tokens"]) for n in (32, 512))
     assert short > long / 16
-    assert fit.prefill_token_s == pytest.approx((long - short) / 480) and fit.prefill_token_s < long / 512
+    if long > short:
+        assert fit.prefill_token_s == pytest.approx((long - short) / 480) and fit.prefill_token_s < long / 512
+    else:  # on the H200 480 more prompt tokens of this model cost less than the noise: no slope to charge
+        assert server.device == "cuda" and fit.prefill_token_s < 1e-6, (short, long, fit)
 
 
 # ----- the saved prediction, written whole and read back with a clear error ------------------------

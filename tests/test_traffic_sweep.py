@@ -102,7 +102,12 @@ def test_vllm_bench_refuses_bad_input_before_it_starts(tmp_path, bad, says):
 
 
 def test_a_server_killed_mid_sweep_keeps_the_rates_measured_and_marks_the_rest_not_run(server, tmp_path):
-    target = finished_requests(server) + 4  # the first rate's requests
+    from helpers.load.warmup import needs_warm_up
+
+    # the first rate's requests, after the warm-up burst of as many a GPU server gets first
+    target = finished_requests(server) + 4 * (1 + needs_warm_up(server))
+    # a GPU serves 8 tokens in milliseconds: answers long enough to be caught in the engine by the killer
+    small = {**SMALL, "output_tokens": 8 if server.device == "cpu" else 1024}
 
     def kill() -> None:  # once the first rate finished and the second's requests are in the engine
         deadline = time.monotonic() + 120
@@ -117,7 +122,7 @@ def test_a_server_killed_mid_sweep_keeps_the_rates_measured_and_marks_the_rest_n
     path = tmp_path / "killed.json"
     began = time.monotonic()
     points = asyncio.run(sweep_rates(server, [2.0, 4.0, 8.0], num_requests=4, time_limit_s=120,
-                                     request_timeout_s=60, out_path=path, **SMALL))
+                                     request_timeout_s=60, out_path=path, **small))
     killer.join(timeout=5)
     assert time.monotonic() - began < 60
     first, second, third = points

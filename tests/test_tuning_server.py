@@ -30,7 +30,7 @@ ON_CPU = detect_device() == "cpu"
 
 @pytest.fixture(scope="module")
 def server():
-    with start_server(max_num_seqs=8, quiet=True) as running:
+    with start_server(max_num_seqs=8, eager=True, quiet=True) as running:
         yield running
 
 
@@ -60,7 +60,7 @@ def test_requests_behind_one_system_prompt_hit_the_prefix_cache_in_whole_blocks(
 
 @pytest.mark.skipif(not (ON_CPU and cpu_supports_fp8_kv()), reason="needs the CPU build on a CPU with AVX-512 or AMX")
 def test_an_fp8_kv_cache_holds_twice_the_tokens_of_the_same_pool():
-    with start_server(kv_cache_space_gib=0.05, extra_args=("--kv-cache-dtype", "fp8"), quiet=True) as fp8:
+    with start_server(kv_cache_space_gib=0.05, extra_args=("--kv-cache-dtype", "fp8"), eager=True, quiet=True) as fp8:
         assert cache_config_info(fp8)["cache_dtype"] == "fp8"
         assert fp8.kv_cache.num_tokens == 2 * 2304  # 0.05 GiB holds 2,304 tokens in bf16 (18 blocks of 128)
         reply = fp8.client().chat.completions.create(
@@ -84,7 +84,7 @@ def test_on_cpu_the_modules_command_keeps_the_courses_pool_and_records_the_fract
 
     from helpers.tuning.command import MODULE_COMMAND, engine_settings
 
-    with start_server(**MODULE_COMMAND, max_model_len=1024, quiet=True) as command:
+    with start_server(**MODULE_COMMAND, max_model_len=1024, eager=True, quiet=True) as command:
         info = cache_config_info(command)
         s = engine_settings("module's command", info, command.log_text(), asdict(command.kv_cache), device="cpu")
     assert (s.max_num_seqs, s.max_num_seqs_source) == (256, "passed on the command line")
