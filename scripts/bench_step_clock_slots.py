@@ -11,8 +11,8 @@ them, with the machine, to ``--out`` (default ``build/step_clock_slots.json``):
 
     .venv/bin/python scripts/bench_step_clock_slots.py --settings 8,64 --rounds 2
 
-On a GPU each server is warmed first (as the lab's are); about 5 minutes on an H200 (compiled starts), 4 minutes
-on a 2-core CPU. Run it with no other vLLM server on the machine.
+Each server answers one short warm-up request first (``measure_step_times`` does), and its timings are medians of
+three rounds or more. Four server starts with the defaults; run it with no other vLLM server on the machine.
 """
 
 from __future__ import annotations

@@ -111,16 +111,14 @@ def test_kv_pools_larger_than_the_gpu_are_refused_before_anything_launches(monke
     from helpers.hardware import GPUInfo
     from helpers.route import replicas as replicas_module
     from helpers.serve import preflight
-    from helpers.serve.server import VLLMServer
 
     # measured on the H200: vLLM's own refusal of a 4 TiB pool came after a 133 s start-up
     monkeypatch.setattr(preflight, "detect_gpus", lambda: [GPUInfo("NVIDIA H200", 143771, (9, 0))])
     monkeypatch.setattr(replicas_module, "choose_device", lambda config: "cuda")
     with pytest.raises(NotEnoughMemoryError, match=r"^2 replicas need about 160 GiB of KV cache \(80 GiB each\)"):
         start_replicas(2, kv_cache_space_gib=80, quiet=True)
-    server = VLLMServer(kv_cache_space_gib=4096)
     with pytest.raises(NotEnoughMemoryError, match=r"^A 4096 GiB KV cache does not fit in this GPU's 140 GiB"):
-        preflight.check_memory(server.config, "cuda")
+        preflight.check_memory(ServerConfig(kv_cache_space_gib=4096), "cuda")
     preflight.check_memory(ServerConfig(kv_cache_space_gib=60), "cuda")  # fits: vLLM decides the rest
 
 
