@@ -72,7 +72,8 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
             "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/dummy-llama-3.1-8b ;;
         bench-vs-vllm) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_vs_vllm ${BENCH_ARGS:-} \
             --capture tests/data/bench_serve/ ;;
-        clock-slots) "$PY" scripts/bench_step_clock_slots.py --out build/gpu/step_clock_slots.json ;;
+        clock-slots) "$PY" scripts/bench_step_clock_slots.py --out build/gpu/step_clock_slots.json \
+            ${CLOCK_SLOTS_ARGS:---prefill-pairs 32:512,256:1024} ;;
         bench-open) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_open ${BENCH_OPEN_ARGS:---max-num-seqs 8 \
             --request-rate 13 --output-tokens 128 --requests 320} ;;
         capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py
