@@ -2,9 +2,9 @@
 
 Notebook 04 fits its step clock on a server with 64 slots and predicts lab 1's throughput at 8 and at 64 from it.
 On the H200 (SmolLM2, 2026-12-03) the lab's time per output token at 8 slots was 2.68-2.89 ms, against 2.4 ms for a
-decode step of 8 on the clock's 64-slot server, and the prediction missed the lab's 64/8 ratio by 19%. One candidate:
-a server's CUDA graphs are captured for batch sizes up to about twice its ``max_num_seqs``, so an 8-slot server runs
-eagerly every step with a prompt chunk in it. This script times the same decode batches (and the prefill pair) on
+decode step of 8 on the clock's 64-slot server, and the prediction missed the lab's 64/8 ratio by 19%. The first
+candidate (a server's CUDA graphs cover steps of up to twice its ``max_num_seqs``, so an 8-slot server would run
+every step with a prompt chunk in it eagerly) did not hold up: see below. This script times the same decode batches (and the prefill pair) on
 servers that differ only in ``max_num_seqs``, the settings taking turns ``--rounds`` times, so the difference is
 measured rather than argued. It prints the per-step milliseconds of each decode batch on each server and writes
 them, with the machine, to ``--out`` (default ``build/step_clock_slots.json``).
