@@ -68,3 +68,17 @@ def finished_requests(server) -> float:
         return parse_metrics(metrics_text(server, timeout=2)).get("request_success", 0.0)
     except OSError:
         return 0.0
+
+
+def warm_up_requests(server, num_requests: int) -> int:
+    """The requests of the untimed warm-up burst a GPU server gets before a timed load of ``num_requests``
+    (:mod:`helpers.load.warmup`): a killer counting finished requests waits past them. None on a CPU."""
+    from helpers.load.warmup import needs_warm_up
+
+    return num_requests if needs_warm_up(server) else 0
+
+
+def tokens_to_catch_mid_run(device: str, cpu_tokens: int) -> int:
+    """Output tokens a request needs for a killer to catch it in the engine: ``cpu_tokens`` on a CPU; 1,024 on a
+    GPU, which serves a few tokens in milliseconds, before the killer's next look at /metrics."""
+    return cpu_tokens if device == "cpu" else 1024

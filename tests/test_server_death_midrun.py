@@ -25,30 +25,19 @@ from helpers.errors import ServerStartError
 from helpers.hardware import detect_device
 from helpers.lab import sweep
 from helpers.lab.results import NotRunPoint, load_not_run, load_run, load_runs, save_run
-from helpers.load.warmup import needs_warm_up
 from helpers.load.workload import build_workload
 from helpers.serve.server import start_server
 from helpers.tuning.comparison import describe_change
 from helpers.tuning.measure import measure
 from helpers.tuning.plots import plot_engine, plot_lever, plot_tradeoff
 from helpers.tuning.report import checklist
-from tests.conftest import finished_requests
+from tests.conftest import finished_requests, tokens_to_catch_mid_run, warm_up_requests
 from tests.real_server import QUICK_START
 
 pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind")]
 ROOT = Path(__file__).resolve().parent.parent
 DIED = "server died: exit code -9"
 BOUND_S = 30  # from the kill to the call's return
-
-
-def output_tokens(server) -> int:
-    """16 tokens on a CPU; a GPU serves those in milliseconds, before the killer's next look at /metrics."""
-    return 16 if server.device == "cpu" else 1024
-
-
-def warm_up_requests(server, num_requests: int) -> int:
-    """The requests a GPU server's untimed warm-up burst finishes before the timed load (none on a CPU)."""
-    return num_requests if needs_warm_up(server) else 0
 
 
 class Killer(threading.Thread):
@@ -103,7 +92,7 @@ def test_the_lab_sweep_script_keeps_what_it_measured_and_exits_1_naming_the_load
     spec.loader.exec_module(script)
     try:
         code = script.main(["--settings", "2", "4", "--repetitions", "2", "--num-requests", "6",
-                            "--output-tokens", str(16 if detect_device() == "cpu" else 1024), "--out", str(tmp_path)])
+                            "--output-tokens", str(tokens_to_catch_mid_run(detect_device(), 16)), "--out", str(tmp_path)])
         returned = time.monotonic()
     finally:
         for server in started:
@@ -132,7 +121,7 @@ def test_a_tuning_comparison_whose_second_run_lost_its_server_keeps_the_first_an
         async def both():
             first = await measure(server, build_workload(server, num_requests=2, output_tokens=4),
                                   lever="max_num_seqs", setting="2", progress=False, timeout_s=120)
-            workload = build_workload(server, num_requests=6, output_tokens=output_tokens(server), seed=1)
+            workload = build_workload(server, num_requests=6, output_tokens=tokens_to_catch_mid_run(server.device, 16), seed=1)
             killer = Killer(server, after=2 + warm_up_requests(server, 6))  # measure() warms a GPU server first
             killer.start()
             second = await measure(server, workload, lever="max_num_seqs", setting="2, again", progress=False,

@@ -21,7 +21,7 @@ import pytest
 from helpers.load.arrivals import arrival_times
 from helpers.traffic.rates import load_rate_sweep
 from helpers.traffic.sweep import sweep_rates
-from tests.conftest import finished_requests
+from tests.conftest import finished_requests, tokens_to_catch_mid_run, warm_up_requests
 from tests.real_server import server_fixture
 
 
@@ -102,12 +102,9 @@ def test_vllm_bench_refuses_bad_input_before_it_starts(tmp_path, bad, says):
 
 
 def test_a_server_killed_mid_sweep_keeps_the_rates_measured_and_marks_the_rest_not_run(server, tmp_path):
-    from helpers.load.warmup import needs_warm_up
-
     # the first rate's requests, after the warm-up burst of as many a GPU server gets first
-    target = finished_requests(server) + 4 * (1 + needs_warm_up(server))
-    # a GPU serves 8 tokens in milliseconds: answers long enough to be caught in the engine by the killer
-    small = {**SMALL, "output_tokens": 8 if server.device == "cpu" else 1024}
+    target = finished_requests(server) + 4 + warm_up_requests(server, 4)
+    small = {**SMALL, "output_tokens": tokens_to_catch_mid_run(server.device, 8)}
 
     def kill() -> None:  # once the first rate finished and the second's requests are in the engine
         deadline = time.monotonic() + 120
