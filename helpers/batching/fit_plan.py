@@ -1,4 +1,4 @@
-"""Which decode batches notebook 04 times for its step-time fit, on which server, and why (pure).
+"""Which decode batches and which prefill pair notebook 04 times for its step-time fit, on which server, and why.
 
 The fit predicts the lab at ``--max-num-seqs`` 8 and 64. Its per-sequence cost is the slope of
 step time over batch size, and a slope timed at 1-8 sequences and extrapolated to 64 is only as
@@ -16,6 +16,16 @@ batches up to its cap: one batch of 64 costs tens of seconds a round there (esti
 reference clock at this machine's measured pace), with a second server start on top, beyond the
 notebook's time budget; the plan says so in :attr:`FitPlan.reason`.
 
+The prefill pair (:func:`choose_prefill_pair`): the fit charges a prompt token the difference
+between a long and a short prompt's prefill, divided by their difference in length. On a GPU both
+prompts must be above the largest step the server runs as a CUDA graph
+(``helpers.serve.cuda_graphs``), or the difference is mostly graph against no graph: on the H200's
+64-slot server a 32-token step ran in a graph and a 512-token one did not, 14.7 ms apart, which
+charged a prompt token 0.030 ms where the 8-slot server (no graph for either) measured
+0.001-0.007 (``results/gpu/README.md``, 2026-12-04).
+
+Everything here is pure except :func:`prefill_pair_for`, which reads a running server's log.
+
 Taught in ``notebooks/04_continuous_batching.ipynb``; measured by
 ``helpers.batching.measure.measure_step_times``.
 
@@ -29,11 +39,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from helpers import validate
 from helpers.batching.sim import simulate_continuous
 from helpers.batching.step_time import StepTimeModel
 from helpers.batching.trace import BatchRequest
+from helpers.serve.budget import step_budget
+from helpers.serve.cuda_graphs import cuda_graph_tokens
 
 FIT_PROMPT_LEN = 256  # tokens before each decoding sequence: about the lab's mean prompt (212) and its answer
 
@@ -101,3 +114,70 @@ def plan_step_fit(device: str, *, demo_max_num_seqs: int, demo_output_len: int, 
               f"clock at this machine's pace), and a second server start on top, beyond this notebook's time budget: "
               f"the fit times batches up to {demo_max_num_seqs} on the demonstration's server and extrapolates to {high}")
     return FitPlan(sizes, demo_output_len, own_server=False, max_num_seqs=demo_max_num_seqs, reason=reason)
+
+
+DEFAULT_PREFILL_PAIR = (32, 512)  # the lab's longest prompt against a sixteenth of it
+
+
+@dataclass(frozen=True)
+class PrefillPair:
+    """The two prompt lengths whose prefill times are subtracted, and why these."""
+
+    short: int  # tokens
+    long: int  # tokens
+    reason: str  # one sentence, from the server's numbers
+
+    @property
+    def lens(self) -> tuple[int, int]:
+        """(short, long), in tokens."""
+        return self.short, self.long
+
+    def describe(self) -> str:
+        """What the prefill row will time, for the notebook to print."""
+        return f"prefill of a {self.long}- against a {self.short}-token prompt: {self.reason}"
+
+
+def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
+                        max_model_len: int | None = None) -> PrefillPair:
+    """32 against 512 tokens, unless the server runs the short one in a CUDA graph: then both above its graphs.
+
+    ``graph_tokens``: the largest step the server captured a CUDA graph for (0 or None: none).
+    Above it, the short prompt is the next power of two and the long one four times that, within
+    the step budget (a prefill longer than it takes two steps) and ``max_model_len`` (room for one
+    output token).
+
+    >>> choose_prefill_pair(128, step_budget_tokens=8192, max_model_len=8192).lens
+    (256, 1024)
+    >>> choose_prefill_pair(16, step_budget_tokens=8192).lens  # an 8-slot server: 32 is already outside
+    (32, 512)
+    >>> print(choose_prefill_pair(0, step_budget_tokens=2048).reason)
+    no step runs in a CUDA graph on this server, so every prefill step pays the same launch costs
+    """
+    budget = validate.positive_int(step_budget_tokens, "step_budget_tokens")
+    short, long = DEFAULT_PREFILL_PAIR
+    if not graph_tokens:
+        return PrefillPair(short, long, "no step runs in a CUDA graph on this server, so every prefill step pays "
+                                        "the same launch costs")
+    if graph_tokens < short:
+        return PrefillPair(short, long, f"both above the largest step this server runs as a CUDA graph "
+                                        f"({graph_tokens} tokens)")
+    above = 1 << graph_tokens.bit_length()
+    longest = min(4 * above, budget, (max_model_len or 4 * above + 1) - 1)
+    if longest < 2 * above:
+        return PrefillPair(short, long, f"the server runs steps of up to {graph_tokens} tokens as CUDA graphs, and "
+                                        f"a pair above that does not fit its step budget ({budget:,} tokens) and "
+                                        f"max_model_len; the {short}-token step runs in a graph, so the difference "
+                                        f"also holds what the graph saves")
+    return PrefillPair(above, longest, f"this server runs steps of up to {graph_tokens} tokens as CUDA graphs, which "
+                                       f"skip most of the work of launching kernels; with both prompts above that, "
+                                       f"their difference is only what the extra tokens cost")
+
+
+def prefill_pair_for(server: Any) -> PrefillPair:
+    """:func:`choose_prefill_pair` for a running server, from its log (graphs, step budget) and KV report."""
+    log = server.log_text()
+    budget = step_budget(log)
+    kv = getattr(server, "kv_cache", None)
+    return choose_prefill_pair(cuda_graph_tokens(log),
+                               step_budget_tokens=budget.tokens if budget else StepTimeModel.max_num_batched_tokens,
+                               max_model_len=getattr(kv, "max_model_len", None))

@@ -16,6 +16,7 @@ notebook and the lab start their servers through it).
 - :mod:`~helpers.serve.engine_env` (I/O): the environment variables this machine adds to a server.
 - :mod:`~helpers.serve.log` (pure): reading the server's log: milestones, KV-cache size, why it failed.
 - :mod:`~helpers.serve.budget` (pure): the engine's step token budget (``max_num_batched_tokens``), from its log.
+- :mod:`~helpers.serve.cuda_graphs` (pure): the largest step the engine runs as a CUDA graph, from its log.
 - :mod:`~helpers.serve.model` and :mod:`~helpers.serve.dummy_model` (I/O): which model to serve,
   and preparing the embedded SmolLM2 or a random-weight 8B architecture on disk.
 """

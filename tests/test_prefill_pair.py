@@ -1,0 +1,71 @@
+"""Which prompts the step-time fit's prefill pair times: above the server's CUDA graphs, read from its log."""
+
+from pathlib import Path
+
+import pytest
+
+from helpers.batching.fit_plan import DEFAULT_PREFILL_PAIR, choose_prefill_pair, prefill_pair_for
+from helpers.serve.cuda_graphs import cuda_graph_tokens
+from helpers.validate import InvalidArgumentError
+
+LOGS = Path(__file__).parent / "data" / "server_logs"
+
+
+@pytest.mark.parametrize(("log", "tokens"), [
+    ("ready_gpu.log", 16),  # vLLM 0.26 on the H200, max_num_seqs=8: graphs up to 2 x 8 tokens
+    ("ready_gpu_dummy_8b.log", 16),
+    ("ready_cpu.log", 0),  # the CPU build logs None
+    ("gpu-0.26/mml_exceeds_kv.log", 0),  # an eager GPU server logs 0
+    ("bad_flag.log", None),  # refused before the engine's config line
+])
+def test_the_graphs_largest_step_is_read_from_the_engines_config_line(log, tokens):
+    assert cuda_graph_tokens((LOGS / log).read_text()) == tokens
+
+
+def test_the_last_config_line_wins():
+    assert cuda_graph_tokens("'max_cudagraph_capture_size': 16 ... 'max_cudagraph_capture_size': 128") == 128
+
+
+@pytest.mark.parametrize("graphs", [None, 0, 16, 31])
+def test_without_graphs_or_below_the_short_prompt_the_pair_stays_32_and_512(graphs):
+    assert choose_prefill_pair(graphs, step_budget_tokens=2048).lens == DEFAULT_PREFILL_PAIR
+
+
+@pytest.mark.parametrize(("graphs", "pair"), [(32, (64, 256)), (128, (256, 1024)), (512, (1024, 4096))])
+def test_both_prompts_go_above_the_graphs_largest_step(graphs, pair):
+    chosen = choose_prefill_pair(graphs, step_budget_tokens=8192, max_model_len=8192)
+    assert chosen.lens == pair and min(chosen.lens) > graphs
+    assert f"{graphs} tokens as CUDA graphs" in chosen.reason
+
+
+def test_the_long_prompt_stays_within_the_step_budget_and_max_model_len():
+    assert choose_prefill_pair(128, step_budget_tokens=768).lens == (256, 768)
+    assert choose_prefill_pair(128, step_budget_tokens=8192, max_model_len=600).lens == (256, 599)
+
+
+def test_a_pair_above_the_graphs_that_cannot_fit_keeps_the_default_and_says_what_it_measures():
+    chosen = choose_prefill_pair(512, step_budget_tokens=1024)
+    assert chosen.lens == DEFAULT_PREFILL_PAIR
+    assert "does not fit its step budget (1,024 tokens)" in chosen.reason and "what the graph saves" in chosen.reason
+
+
+def test_a_budget_that_is_not_a_positive_number_is_refused():
+    with pytest.raises(InvalidArgumentError, match="step_budget_tokens"):
+        choose_prefill_pair(128, step_budget_tokens=0)
+
+
+class _Server:
+    def __init__(self, log: str, max_model_len: int | None):
+        self._log = log
+        self.kv_cache = type("KV", (), {"max_model_len": max_model_len})()
+
+    def log_text(self) -> str:
+        return self._log
+
+
+def test_a_running_servers_pair_comes_from_its_log_and_kv_report():
+    log = ("non-default args: {'max_num_seqs': 64} ... Chunked prefill is enabled with max_num_batched_tokens=8192. "
+           "... 'max_cudagraph_capture_size': 128, ...")
+    assert prefill_pair_for(_Server(log, 2048)).lens == (256, 1024)
+    assert prefill_pair_for(_Server((LOGS / "ready_cpu.log").read_text(), 2048)).lens == DEFAULT_PREFILL_PAIR
+    assert "prefill of a 1024- against a 256-token prompt" in prefill_pair_for(_Server(log, None)).describe()
