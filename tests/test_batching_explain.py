@@ -83,6 +83,11 @@ def test_a_fit_without_a_replay_says_nothing_checked_it():
     assert "not replayed" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], replay_error=None)
 
 
+def test_the_fit_names_the_prefill_pair_it_was_timed_on():
+    assert "and two prompts 768 tokens apart:" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], None, 768)
+    assert "and no prefill pair:" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], replay_error=None)
+
+
 # ----- the prediction --------------------------------------------------------------------------------
 def test_a_sublinear_prediction_explains_the_overhead_and_the_per_sequence_ceiling():
     model = StepTimeModel()
@@ -108,6 +113,17 @@ def test_the_summary_has_its_four_bullets():
                                   reference_ratio=1.6, lab=lab)
     assert [line.split("**")[1] for line in text.splitlines()] == [
         "Simulation.", "Live engine.", "Fit.", "Prediction for the lab."]
+
+
+def test_the_summary_names_the_prefill_pair_the_prediction_was_fitted_to():
+    model = StepTimeModel()
+    lab = lab_trace()
+    rows = [StepMeasurement.decode(8, 400.0), StepMeasurement.prefill_difference(256, 0.01, 1024, 0.02, 8192)]
+    text = summarize_batching_run(sim_rows(1.0), live=live(), records=finished_at([1.0, 2.0]), max_num_seqs=8,
+                                  kv_gib=0.25, fitted=model, reference=model, batch_sizes=[8], replay_error=0.1,
+                                  prediction=prediction_record(model, trace=lab, measurements=rows),
+                                  reference_ratio=1.6, lab=lab)
+    assert "decode batches of 8 and two prompts 768 tokens apart:" in text
 
 
 def test_the_fit_source_lists_the_decode_batches_measured_not_the_prefill_row():

@@ -73,9 +73,12 @@ def explain_live_engine(live: Any, records: Sequence[RequestRecord], max_num_seq
 
 
 def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Sequence[int],
-                replay_error: float | None, prefill_len: int = 512) -> str:
+                replay_error: float | None, prefill_tokens: int | None = None) -> str:
     """The fitted clock in words, its single-request speed against the reference machine's, and how
-    well it replayed the burst (``replay_error``: simulated / measured duration - 1; None: not checked)."""
+    well it replayed the burst (``replay_error``: simulated / measured duration - 1; None: not checked).
+
+    ``prefill_tokens``: how many tokens apart the timed prefill pair's prompts were (None: no pair timed).
+    """
     speed = fitted.decode_tok_s(1) / reference.decode_tok_s(1)
     against = (f"{speed:.1f}x the reference machine's {reference.decode_tok_s(1):.0f}." if abs(speed - 1) > 0.15 else
                f"close to the reference machine's {reference.decode_tok_s(1):.0f}.")
@@ -85,7 +88,8 @@ def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Se
         check = f" Replaying the burst with it predicted its duration within {abs(replay_error):.0%}."
     else:
         check = f" Replaying the burst with it was off by {replay_error:+.0%}: read the prediction below as rough."
-    return (f"From decode batches of {'/'.join(map(str, batch_sizes))} and a {prefill_len}-token prefill: overhead "
+    pair = f"two prompts {prefill_tokens:,} tokens apart" if prefill_tokens else "no prefill pair"
+    return (f"From decode batches of {'/'.join(map(str, batch_sizes))} and {pair}: overhead "
             f"{duration(fitted.overhead_s)} a step, {duration(fitted.prefill_token_s)} a prompt token, "
             f"{duration(fitted.decode_seq_s)} a decoding sequence, within a step budget of "
             f"{fitted.max_num_batched_tokens:,} tokens; one request alone decodes at {fitted.decode_tok_s(1):,.0f} "
@@ -130,10 +134,16 @@ def summarize_batching_run(sim_rows: Mapping[str, tuple[BatchingSummary, Batchin
     parts = {
         "Simulation": explain_simulation(sim_rows),
         "Live engine": explain_live_engine(live, records, max_num_seqs, kv_gib),
-        "Fit": explain_fit(fitted, reference, batch_sizes, replay_error),
+        "Fit": explain_fit(fitted, reference, batch_sizes, replay_error, _prefill_pair_tokens(prediction)),
         "Prediction for the lab": explain_prediction(fitted, prediction, reference_ratio, lab),
     }
     return "\n".join(f"- **{name}.** {text}" for name, text in parts.items())
+
+
+def _prefill_pair_tokens(prediction: Mapping[str, Any]) -> int | None:
+    """The prompt tokens of the prefill row the prediction's clock was fitted to (its pair's difference)."""
+    return next((row["num_prefill_tokens"] for row in prediction.get("measurements", ())
+                 if row["num_prefill_tokens"] and not row["num_decode_seqs"]), None)
 
 
 def describe_fit_source(device: str, batch_sizes: Sequence[int], *, prompt_len: int, output_len: int,
