@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers import validate
+from helpers.batching.measure import budget_of
 from helpers.batching.sim import simulate_continuous
 from helpers.batching.step_time import StepTimeModel
 from helpers.batching.trace import BatchRequest
-from helpers.serve.budget import step_budget
 from helpers.serve.cuda_graphs import cuda_graph_tokens
 
 FIT_PROMPT_LEN = 256  # tokens before each decoding sequence: about the lab's mean prompt (212) and its answer
@@ -162,7 +162,7 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
         return PrefillPair(short, long, f"both above the largest step this server runs as a CUDA graph "
                                         f"({graph_tokens} tokens)")
     above = 1 << graph_tokens.bit_length()
-    longest = min(4 * above, budget, (max_model_len or 4 * above + 1) - 1)
+    longest = min([4 * above, budget] + ([max_model_len - 1] if max_model_len else []))  # one token left to answer
     if longest < 2 * above:
         return PrefillPair(short, long, f"the server runs steps of up to {graph_tokens} tokens as CUDA graphs, and "
                                         f"a pair above that does not fit its step budget ({budget:,} tokens) and "
@@ -175,9 +175,6 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
 
 def prefill_pair_for(server: Any) -> PrefillPair:
     """:func:`choose_prefill_pair` for a running server, from its log (graphs, step budget) and KV report."""
-    log = server.log_text()
-    budget = step_budget(log)
     kv = getattr(server, "kv_cache", None)
-    return choose_prefill_pair(cuda_graph_tokens(log),
-                               step_budget_tokens=budget.tokens if budget else StepTimeModel.max_num_batched_tokens,
+    return choose_prefill_pair(cuda_graph_tokens(server.log_text()), step_budget_tokens=budget_of(server),
                                max_model_len=getattr(kv, "max_model_len", None))

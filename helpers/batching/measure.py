@@ -191,7 +191,7 @@ async def measure_step_times(
                                             f"{prefill_len}: the prefill cost per token is their difference.")
     repeats = validate.positive_int(repeats, "repeats")
     more_s = validate.non_negative_number(more_repeats_within_s, "more_repeats_within_s", unit="seconds")
-    budget = validate.positive_int(max_num_batched_tokens or _budget_of(server), "max_num_batched_tokens")
+    budget = validate.positive_int(max_num_batched_tokens or budget_of(server), "max_num_batched_tokens")
     cap = getattr(getattr(server, "config", None), "max_num_seqs", None)
     if cap is not None and max(batch_sizes) > cap:
         raise validate.InvalidArgumentError(f"batch size {max(batch_sizes)} exceeds the server's max_num_seqs={cap}; "
@@ -253,7 +253,7 @@ async def measure_step_times(
     return data
 
 
-def _budget_of(server: Any) -> int:
+def budget_of(server: Any) -> int:
     """The server's step budget from its log; vLLM's CPU default where there is no log to read."""
     found = step_budget(server.log_text()) if hasattr(server, "log_text") else None
     return found.tokens if found is not None else StepTimeModel.max_num_batched_tokens
