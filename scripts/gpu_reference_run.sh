@@ -13,7 +13,9 @@
 #       tests/data/bench_serve/; BENCH_ARGS adds to its arguments, e.g. "--requests 2000"), "bench-open" (the
 #       same at one request rate, open loop: BENCH_OPEN_ARGS, by default lab 2's GPU cross-check, 8 slots at
 #       13 requests/s, 128 output tokens, 320 requests a run), "clock-slots" (scripts/bench_step_clock_slots.py:
-#       the same decode batches timed on 8-slot and 64-slot servers) or a notebook path
+#       the same decode batches timed on 8-slot and 64-slot servers), "lab-pairs" (scripts/bench_lab_pairs.py: the
+#       lab's loads in alternating pairs on an 8-slot and a 64-slot server up at once, against notebook 04's
+#       prediction; LAB_PAIRS_ARGS adds to its arguments) or a notebook path
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
@@ -72,6 +74,7 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
             "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/dummy-llama-3.1-8b ;;
         bench-vs-vllm) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_vs_vllm ${BENCH_ARGS:-} \
             --capture tests/data/bench_serve/ ;;
+        lab-pairs) "$PY" scripts/bench_lab_pairs.py --out build/gpu/lab_pairs.json ${LAB_PAIRS_ARGS:-} ;;
         clock-slots) "$PY" scripts/bench_step_clock_slots.py --out build/gpu/step_clock_slots.json \
             ${CLOCK_SLOTS_ARGS:---prefill-pairs 32:512,256:1024} ;;
         bench-open) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_open ${BENCH_OPEN_ARGS:---max-num-seqs 8 \

@@ -1,10 +1,12 @@
 """Notebook 04's explainers and its fit plan: the sentences follow the numbers, the plan follows the device."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from helpers.batching.explain import (
+    _prefill_pair_tokens,
     decode_batch_sizes,
     describe_fit_source,
     explain_fit,
@@ -180,3 +182,21 @@ def test_a_fit_plan_refuses_what_cannot_be_timed(changes, message):
     args = {"demo_max_num_seqs": 8, "demo_output_len": 48, "lab_output_len": 64, **changes}
     with pytest.raises(InvalidArgumentError, match=message):
         plan_step_fit("cpu", **args)
+
+
+def test_with_the_low_settings_rows_first_the_summary_names_the_high_servers_pair():
+    model = StepTimeModel()
+    lab = lab_trace()
+    rows = [StepMeasurement.decode(8, 4000.0), StepMeasurement.prefill_difference(32, 0.01, 512, 0.01, 8192),
+            StepMeasurement.decode(64, 15000.0), StepMeasurement.prefill_difference(256, 0.01, 1024, 0.02, 8192)]
+    text = explain_fit(model, model, [8, 64], None, _prefill_pair_tokens(prediction_record(model, trace=lab,
+                                                                                            measurements=rows)))
+    assert "two prompts 768 tokens apart" in text
+
+
+def test_a_front_end_slower_than_the_engines_per_sequence_cost_is_named_as_the_ceiling():
+    engine = StepTimeModel(overhead_s=0.002, prefill_token_s=0.0, decode_seq_s=0.00002, max_num_batched_tokens=8192)
+    clocks = {8: engine, 64: replace(engine, stream_token_s=0.00007, admit_request_s=0.002)}
+    lab = lab_trace(output_len=256)
+    text = explain_prediction(engine, prediction_record(clocks, trace=lab), 1.6, lab, clocks)
+    assert "caps streaming at 14,286 tok/s" in text and "the front end is the slower stage" in text

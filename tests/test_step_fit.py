@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from helpers.batching import measure
+from helpers.batching.front_end import measure_front_end
 from helpers.batching.measure import measure_step_times, send_trace
 from helpers.batching.measure_plots import plot_request_timeline
 from helpers.batching.measure_stats import (
@@ -293,11 +294,15 @@ def test_measuring_the_real_server_gives_a_positive_fitted_model():
         # 256-token prefill once was lost in the noise (the fit gave it 0 s); 512 costs about a second there
         data = asyncio.run(measure_step_times(server, batch_sizes=(1, 2), output_len=12, prefill_len=512,
                                               repeats=2, more_repeats_within_s=0))
+        # the front end on the same server: 8 requests of 1 and of 48 tokens (CPU time is counted in 10 ms ticks)
+        front = asyncio.run(measure_front_end(server, num_requests=8, output_len=48, repeats=1))
         log = server.log_text()
     assert "Chunked prefill is enabled with max_num_batched_tokens=1024." in log
     assert data.max_num_batched_tokens == 1024 and data.fit().max_num_batched_tokens == 1024
     assert all(r.ok for rs in data.records.values() for r in rs)
     assert data.clock == "server"
+    # the API server streamed 8 x 47 tokens more in the longer load: its CPU time grew (wrong process: it would not)
+    assert 0 < front.api_token_s < 0.01 and front.api_request_s >= 0 and front.client_token_s >= 0
     prefill = data.measurements[-1]
     assert (prefill.label, prefill.num_steps, prefill.num_prefill_tokens) == ("prefill 512-32 tokens", 0, 480)
     fit = data.fit()

@@ -12,7 +12,8 @@ Pure core:
 - ``explain``: the notebook's findings in sentences built from the run's numbers (``summarize_batching_run``).
 
 I/O: ``measure`` (step-time measurements and trace replays against a running server, through
-``helpers.load``); ``prediction`` (the prediction file the lab reads).
+``helpers.load``); ``front_end`` (the API server's and the client's CPU time per request and per token,
+the pipeline's other stages); ``prediction`` (the prediction file the lab reads).
 Drawing: ``view`` (batch slots over time, the animated player) and ``measure_plots``.
 Notebook glue: ``exercises`` (the notebook's checks); ``loop_exercise`` (the learner's continuous-batching
 loop, its schedule compared step by step with the simulator's).

@@ -17,6 +17,7 @@ Taught in ``notebooks/04_continuous_batching.ipynb``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from helpers.batching.measure_stats import finish_moments
@@ -97,22 +98,28 @@ def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Se
 
 
 def explain_prediction(fitted: StepTimeModel, prediction: Mapping[str, Any], reference_ratio: float,
-                       lab: Sequence[BatchRequest]) -> str:
+                       lab: Sequence[BatchRequest], clocks: Mapping[int, StepTimeModel] | None = None) -> str:
     """The predicted lab throughput at its two settings and, from the fitted clock, why the ratio is what it is.
 
-    ``prediction``: a ``helpers.batching.prediction.prediction_record`` for ``lab``."""
+    ``prediction``: a ``helpers.batching.prediction.prediction_record`` for ``lab``. ``clocks``: the
+    clock of each setting where they differ (a GPU: each server's own, with the front end), else ``fitted`` for both."""
     low, high = prediction["max_num_seqs"][0], prediction["max_num_seqs"][-1]
+    clock_low, clock_high = (clocks or {}).get(low, fitted), (clocks or {}).get(high, fitted)
     tok_s_low, tok_s_high = prediction["predicted_output_tok_s"][0], prediction["predicted_output_tok_s"][-1]
     ratio = tok_s_high / tok_s_low
     head = (f"{tok_s_low:,.0f} output tok/s at `--max-num-seqs {low}` and {tok_s_high:,.0f} at {high}: **{ratio:.2f}x** "
             f"for {high / low:g}x the slots (the reference defaults predict {reference_ratio:.2f}x). ")
+    running = min(high, len(lab))
+    front = _front_end_sentence(clock_low, clock_high, low, high, running)
     if ratio >= 0.5 * high / low:
         why = (f"Close to linear: on this hardware the {duration(fitted.overhead_s)} fixed cost of a step dominates "
                f"the {duration(fitted.decode_seq_s)} each sequence adds, so a bigger batch is nearly free. ")
     else:
-        running = min(high, len(lab))
-        step_low, step_high = fitted.step_seconds(0, low), fitted.step_seconds(0, running)
+        step_low, step_high = clock_low.step_seconds(0, low), clock_high.step_seconds(0, running)
         ceiling = f"{1 / fitted.decode_seq_s:,.0f} tok/s" if fitted.decode_seq_s > 0 else "no ceiling"
+        if clock_high.stream_token_s > fitted.decode_seq_s:  # the front end caps it lower than the engine
+            ceiling += (f" in the engine, and the front end, at {duration(clock_high.stream_token_s)} a token, caps "
+                        f"streaming at {1 / clock_high.stream_token_s:,.0f} tok/s")
         prompt_tokens = sum(r.prompt_len for r in lab)
         output_tokens = sum(r.output_len for r in lab)
         why = (f"Not {high / low:g}x, for two reasons the fit makes concrete. Decoding {low} requests takes "
@@ -122,39 +129,79 @@ def explain_prediction(fitted: StepTimeModel, prediction: Mapping[str, Any], ref
                f"{ceiling}. And the lab's {prompt_tokens:,} prompt tokens cost about "
                f"{duration(prompt_tokens * fitted.prefill_token_s)} of prefill at either setting, against a predicted "
                f"{duration(output_tokens / tok_s_high)} for the whole run at {high}. ")
-    return head + why + "The lab measures both settings: compare."
+    return head + why + front + "The lab measures both settings: compare."
+
+
+def _front_end_sentence(clock_low: StepTimeModel, clock_high: StepTimeModel, low: int, high: int,
+                        running: int) -> str:
+    """Where the prediction used each server's own clock, or the front end as a stage: what that did; else ''.
+
+    >>> eng = StepTimeModel(overhead_s=0.0025, prefill_token_s=0.0, decode_seq_s=0.00001)
+    >>> print(_front_end_sentence(replace(eng, overhead_s=0.0018), replace(eng, stream_token_s=0.00007,
+    ...                           admit_request_s=0.002), 8, 64, 50))
+    Each setting has its own server's clock: a step of 8 costs 1.88 ms on the 8-slot server, 2.58 ms on the 64-slot one. At 50 the front end is the slower stage: streaming a step's 50 tokens takes 3.50 ms of its CPU time, the engine's step 3.00 ms; and admitting the 50 requests one after another takes 100 ms before the last reaches the engine. 
+    """
+    parts = []
+    if clock_low != clock_high and (clock_low.overhead_s, clock_low.decode_seq_s) != (clock_high.overhead_s,
+                                                                                       clock_high.decode_seq_s):
+        parts.append(f"Each setting has its own server's clock: a step of {low} costs "
+                     f"{duration(clock_low.step_seconds(0, low))} on the {low}-slot server, "
+                     f"{duration(clock_high.step_seconds(0, low))} on the {high}-slot one.")
+    if clock_high.stream_token_s or clock_high.admit_request_s:
+        engine = replace(clock_high, stream_token_s=0.0).step_seconds(0, running)
+        stream = clock_high.stream_token_s * running
+        stage = "the front end is the slower stage" if stream > engine else "the engine is still the slower stage"
+        parts.append(f"At {running} {stage}: streaming a step's {running} tokens takes {duration(stream)} of its CPU "
+                     f"time, the engine's step {duration(engine)}; and admitting the {running} requests one after "
+                     f"another takes {duration(running * clock_high.admit_request_s)} before the last reaches the engine.")
+    return " ".join(parts) + (" " if parts else "")
 
 
 def summarize_batching_run(sim_rows: Mapping[str, tuple[BatchingSummary, BatchingSummary]], *, live: Any,
                            records: Sequence[RequestRecord], max_num_seqs: int, kv_gib: float,
                            fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Sequence[int],
                            replay_error: float | None, prediction: Mapping[str, Any], reference_ratio: float,
-                           lab: Sequence[BatchRequest]) -> str:
+                           lab: Sequence[BatchRequest], clocks: Mapping[int, StepTimeModel] | None = None) -> str:
     """The notebook's summary as Markdown bullets: simulation, live engine, fit, prediction."""
     parts = {
         "Simulation": explain_simulation(sim_rows),
         "Live engine": explain_live_engine(live, records, max_num_seqs, kv_gib),
         "Fit": explain_fit(fitted, reference, batch_sizes, replay_error, _prefill_pair_tokens(prediction)),
-        "Prediction for the lab": explain_prediction(fitted, prediction, reference_ratio, lab),
+        "Prediction for the lab": explain_prediction(fitted, prediction, reference_ratio, lab, clocks),
     }
     return "\n".join(f"- **{name}.** {text}" for name, text in parts.items())
 
 
 def _prefill_pair_tokens(prediction: Mapping[str, Any]) -> int | None:
-    """The prompt tokens of the prefill row the prediction's clock was fitted to (its pair's difference)."""
-    return next((row["num_prefill_tokens"] for row in prediction.get("measurements", ())
-                 if row["num_prefill_tokens"] and not row["num_decode_seqs"]), None)
+    """The prompt tokens of the prefill row the prediction's (high setting's) clock was fitted to: the last
+    such row, since on a GPU the low setting's server is timed first and its rows come first."""
+    rows = [row["num_prefill_tokens"] for row in prediction.get("measurements", ())
+            if row["num_prefill_tokens"] and not row["num_decode_seqs"]]
+    return rows[-1] if rows else None
 
 
 def describe_fit_source(device: str, batch_sizes: Sequence[int], *, prompt_len: int, output_len: int,
-                        prefill_lens: tuple[int, int], repeats: int, max_num_seqs: int) -> str:
+                        prefill_lens: tuple[int, int], repeats: int, max_num_seqs: int,
+                        low_batch_sizes: Sequence[int] = (), front_end: Any = None) -> str:
     """How the step-time model was measured, saved with the prediction (``fitted_from``).
 
     >>> describe_fit_source("cuda", [1, 8, 32, 64], prompt_len=256, output_len=256, prefill_lens=(32, 512),
     ...                     repeats=3, max_num_seqs=64)
     'notebook 04 on cuda: decode batches of 1, 8, 32, 64 requests (256-token prompts, 256 output tokens) and the prefill of a 512- against a 32-token prompt, median of 3 runs or more each, max_num_seqs=64'
+    >>> from helpers.batching.front_end import FrontEndCost
+    >>> describe_fit_source("cuda", [1, 8, 32, 64], prompt_len=256, output_len=256, prefill_lens=(256, 1024),
+    ...                     repeats=3, max_num_seqs=64, low_batch_sizes=(1, 4, 8),
+    ...                     front_end=FrontEndCost(0.002, 5e-05, 0.001, 2e-05, 50, 128))[-146:]
+    '; the low setting from batches of 1, 4, 8 on a server at max_num_seqs=8; the front end 50.0 us a token, 2.000 ms a request (CPU time, 50 requests)'
     """
     short, long = prefill_lens
-    return (f"notebook 04 on {device}: decode batches of {', '.join(map(str, batch_sizes))} requests "
+    text = (f"notebook 04 on {device}: decode batches of {', '.join(map(str, batch_sizes))} requests "
             f"({prompt_len}-token prompts, {output_len} output tokens) and the prefill of a {long}- against a "
             f"{short}-token prompt, median of {repeats} runs or more each, max_num_seqs={max_num_seqs}")
+    if low_batch_sizes:
+        text += (f"; the low setting from batches of {', '.join(map(str, low_batch_sizes))} on a server at "
+                 f"max_num_seqs={max(low_batch_sizes)}")
+    if front_end is not None:
+        text += (f"; the front end {1e6 * front_end.stream_token_s:.1f} us a token, "
+                 f"{1000 * front_end.admit_request_s:.3f} ms a request (CPU time, {front_end.num_requests} requests)")
+    return text

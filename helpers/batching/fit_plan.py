@@ -24,13 +24,23 @@ prompts must be above the largest step the server runs as a CUDA graph
 charged a prompt token 0.030 ms where the 8-slot server (no graph for either) measured
 0.001-0.007 (``results/gpu/README.md``, 2026-12-04).
 
+Two more things on a GPU, both measured on the H200 (``results/gpu/README.md``, 2026-12-04). A step
+costs a server with more slots more: 8 sequences took 1.95 ms a step on an 8-slot server and 2.38 ms
+on a 64-slot one, so a clock timed on the 64-slot server alone predicted the lab at 8 about 24% low;
+the plan therefore times the low setting's batches on the demonstration's 8-slot server too
+(:attr:`FitPlan.low_batch_sizes`). And at 64 slots the engine's step (about 3 ms) is short enough that
+the API server and the client, streaming 50 answers, can be the slower stage
+(``helpers.batching.front_end``; :attr:`FitPlan.front_end`). On a CPU neither is timed: the
+demonstration's server is the only one, and a step of tens of milliseconds leaves the front end far behind.
+
 Everything here is pure except :func:`prefill_pair_for`, which reads a running server's log.
 
 Taught in ``notebooks/04_continuous_batching.ipynb``; measured by
 ``helpers.batching.measure.measure_step_times``.
 
->>> plan_step_fit("cuda", demo_max_num_seqs=8, demo_output_len=384, lab_output_len=256).batch_sizes
-(1, 8, 32, 64)
+>>> gpu = plan_step_fit("cuda", demo_max_num_seqs=8, demo_output_len=384, lab_output_len=256)
+>>> gpu.batch_sizes, gpu.low_batch_sizes, gpu.front_end
+((1, 8, 32, 64), (1, 4, 8), True)
 >>> plan_step_fit("cpu", demo_max_num_seqs=8, demo_output_len=48, lab_output_len=64).batch_sizes
 (1, 4, 8)
 """
@@ -60,13 +70,25 @@ class FitPlan:
     own_server: bool  # True: start a server at max_num_seqs for the fit; False: the demonstration's server
     max_num_seqs: int  # the fit server's cap (the demonstration's when own_server is False)
     reason: str  # one sentence, from the numbers: why these batches
+    # Timed first on the demonstration's server, whose cap is the lab's low setting, for a clock of its own
+    # (a GPU: a 64-slot server's step of 8 sequences was about 20% slower than an 8-slot server's); () elsewhere
+    low_batch_sizes: tuple[int, ...] = ()
+    front_end: bool = False  # time the API server's and the client's CPU per request and token (a GPU)
 
     def describe(self) -> str:
         """What will be timed, and why, for the notebook to print."""
         sizes = ", ".join(map(str, self.batch_sizes))
         where = (f"on a server of its own at max_num_seqs={self.max_num_seqs}" if self.own_server else
                  f"on the demonstration's server (max_num_seqs={self.max_num_seqs})")
-        return f"decode batches of {sizes} requests x {self.output_len} output tokens, {where}: {self.reason}"
+        text = f"decode batches of {sizes} requests x {self.output_len} output tokens, {where}: {self.reason}"
+        if self.low_batch_sizes:
+            text += (f".\nFirst, batches of {', '.join(map(str, self.low_batch_sizes))} on the demonstration's server "
+                     f"(max_num_seqs={max(self.low_batch_sizes)}), for the low setting's own clock: on a GPU a step "
+                     "costs a server with more slots more, so each setting is predicted with its own server's clock")
+        if self.front_end:
+            text += (".\nThen the front end: the API server's and this kernel's CPU time per request and per token "
+                     "(on a GPU the engine's step can be shorter than streaming its tokens)")
+        return text
 
 
 def decode_batch_seconds(batch_size: int, output_len: int, model: StepTimeModel,
@@ -102,8 +124,10 @@ def plan_step_fit(device: str, *, demo_max_num_seqs: int, demo_output_len: int, 
         reason = (f"on a GPU a step of 1-{low} sequences costs about the same, so a slope timed there and extrapolated "
                   f"to {high} is noise; timing up to {high} measures it, with the lab's {lab_output_len} output "
                   f"tokens a request")
-        return FitPlan(sizes, lab_output_len, own_server=high > demo_max_num_seqs,
-                       max_num_seqs=max(high, demo_max_num_seqs), reason=reason)
+        own = high > demo_max_num_seqs
+        low_sizes = tuple(sorted({1, max(1, low // 2), low})) if own and demo_max_num_seqs == low else ()
+        return FitPlan(sizes, lab_output_len, own_server=own, max_num_seqs=max(high, demo_max_num_seqs),
+                       reason=reason, low_batch_sizes=low_sizes, front_end=True)
     speed = validate.positive_number(pace_speed, "pace_speed")
     sizes = tuple(sorted({1, max(1, demo_max_num_seqs // 2), demo_max_num_seqs}))
     if high <= demo_max_num_seqs:

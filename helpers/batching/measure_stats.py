@@ -188,6 +188,8 @@ def model_table(models: dict[str, StepTimeModel]) -> str:
     decode (ms/sequence)              2.000
     1 request alone (tok/s)          31.250
     step budget (tokens)              2,048
+
+    The front end's two rows appear where a model has them (``helpers.batching.front_end``).
     """
     rows = [
         ("overhead (ms/step)", lambda m: 1000 * m.overhead_s, ".3f"),
@@ -196,6 +198,9 @@ def model_table(models: dict[str, StepTimeModel]) -> str:
         ("1 request alone (tok/s)", lambda m: m.decode_tok_s(1), ".3f"),
         ("step budget (tokens)", lambda m: m.max_num_batched_tokens, ","),
     ]
+    if any(m.stream_token_s or m.admit_request_s for m in models.values()):  # measured on a GPU only
+        rows += [("front end (us/token)", lambda m: 1e6 * m.stream_token_s, ".1f"),
+                 ("front end (ms/request)", lambda m: 1000 * m.admit_request_s, ".3f")]
     width = max(12, *(len(k) + 2 for k in models))
     lines = [f"{'parameter':<27}" + "".join(f"{k:>{width}}" for k in models)]
     for name, get, form in rows:

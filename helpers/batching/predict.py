@@ -15,6 +15,7 @@ lab reads is `helpers.batching.prediction`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from helpers.batching.sim import simulate_continuous
 from helpers.batching.sim_records import SimResult
@@ -22,16 +23,41 @@ from helpers.batching.step_time import StepMeasurement, StepTimeModel
 from helpers.batching.trace import BatchRequest, lab_trace
 
 
+def admitted(trace: Sequence[BatchRequest], admit_request_s: float) -> list[BatchRequest]:
+    """The trace as the engine sees it when the front end admits one request after another,
+    `admit_request_s` each: a request reaches the engine when it and every request sent before it
+    have been admitted. 0 leaves the trace as it is.
+
+    >>> [r.arrival_s for r in admitted(lab_trace(3), 0.002)]
+    [0.002, 0.004, 0.006]
+    """
+    if admit_request_s <= 0:
+        return list(trace)
+    ready, out = 0.0, []
+    for request in sorted(trace, key=lambda r: r.arrival_s):
+        ready = max(ready, request.arrival_s) + admit_request_s
+        out.append(replace(request, arrival_s=round(ready, 9)))
+    return out
+
+
 def predict_throughput(model: StepTimeModel, trace: Sequence[BatchRequest], max_num_seqs: int) -> float:
-    """Output tokens per second the model predicts for `trace` under continuous batching.
+    """Output tokens per second the model predicts for `trace` under continuous batching,
+    timed like a load test: from the first request's sending to the last token.
 
     Runs `helpers.batching.sim.simulate_continuous` with unlimited KV memory, so it can
-    predict the lab's 8-vs-64 comparison before the lab runs it.
+    predict the lab's 8-vs-64 comparison before the lab runs it. The front end's admission
+    (`StepTimeModel.admit_request_s`) delays when each request reaches the engine
+    (:func:`admitted`).
 
     >>> predict_throughput(StepTimeModel(), lab_trace(), 64) > predict_throughput(StepTimeModel(), lab_trace(), 8)
     True
+    >>> slow_front = replace(StepTimeModel(), admit_request_s=0.1)
+    >>> predict_throughput(slow_front, lab_trace(), 64) < predict_throughput(StepTimeModel(), lab_trace(), 64)
+    True
     """
-    return simulate_continuous(trace, max_num_seqs, model).summary.output_tok_s
+    result = simulate_continuous(admitted(trace, model.admit_request_s), max_num_seqs, model)
+    seconds = max(r.finish_s for r in result.requests) - min(r.arrival_s for r in trace)
+    return result.summary.num_output_tokens / seconds if seconds > 0 else float("inf")
 
 
 def run_measurement(result: SimResult, seconds: float, label: str = "") -> StepMeasurement:

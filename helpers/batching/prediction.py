@@ -10,7 +10,7 @@ leaves the previous prediction, never half of one.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +34,7 @@ def prediction_path() -> Path:
 
 
 def prediction_record(
-    model: StepTimeModel,
+    model: StepTimeModel | Mapping[int, StepTimeModel],
     settings: Sequence[int] = (8, 64),
     trace: Sequence[BatchRequest] | None = None,
     fitted_from: str = "",
@@ -44,24 +44,36 @@ def prediction_record(
 ) -> dict[str, Any]:
     """The predicted output tok/s of `trace` (default: the lab's) at each max_num_seqs, as plain JSON data.
 
+    `model`: one clock for every setting, or one for each (``{8: clock_8, 64: clock_64}``), each
+    timed on a server started with that max_num_seqs (on a GPU a step costs a server with more slots more).
+
     Keys: max_num_seqs, predicted_output_tok_s, ratio_<last>_vs_<first>, step_time_model
-    (its parameters), fitted_from (how the model was measured), created (ISO time),
+    (the last setting's parameters), step_time_models (each setting's), fitted_from (how the model was measured), created (ISO time),
     measurements (the numbers it was fitted to), and what it is a prediction for: the served
     model, the device and the trace's output tokens (:func:`prediction_mismatch` compares them).
 
     >>> rec = prediction_record(StepTimeModel(), fitted_from="defaults")
     >>> rec["max_num_seqs"], round(rec["ratio_64_vs_8"], 2)
     ([8, 64], 1.6)
+    >>> faster_at_8 = StepTimeModel(overhead_s=0.02)
+    >>> round(prediction_record({8: faster_at_8, 64: StepTimeModel()})["ratio_64_vs_8"], 2) < 1.6
+    True
     """
     settings = validate.positive_ints(settings, "settings",
                                       hint="They are the max_num_seqs values to predict, e.g. (8, 64).")
     trace = list(trace) if trace is not None else lab_trace()
-    tok_s = [predict_throughput(model, trace, n) for n in settings]
+    clocks = {n: model for n in settings} if isinstance(model, StepTimeModel) else dict(model)
+    missing = [n for n in settings if n not in clocks]
+    if missing:
+        raise validate.InvalidArgumentError(f"no clock for max_num_seqs {missing}: pass one StepTimeModel, or one "
+                                            f"for each of {list(settings)}.")
+    tok_s = [predict_throughput(clocks[n], trace, n) for n in settings]
     return {
         "max_num_seqs": list(settings),
         "predicted_output_tok_s": tok_s,
         f"ratio_{settings[-1]}_vs_{settings[0]}": tok_s[-1] / tok_s[0],
-        "step_time_model": asdict(model),
+        "step_time_model": asdict(clocks[settings[-1]]),
+        "step_time_models": {str(n): asdict(clocks[n]) for n in settings},
         "fitted_from": fitted_from,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "measurements": [asdict(m) for m in measurements],

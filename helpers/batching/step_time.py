@@ -48,11 +48,21 @@ class StepTimeModel:
     14-18 and 17-22) and TTFT p50 4.6 s at 64 (measured 5.5-7). They imply about 29 tok/s
     for one request decoding alone (not measured yet: measure it and refit).
 
-    Leaves out: attention cost growing with context length, per-step variation, the
-    client's own CPU use (about 8% on this machine), HTTP and tokenization time, and the API
-    server's fixed cost of admitting each request (on an H200 the lab's median time to first
-    token at 64 slots was 0.26 s, where its prompts at a few microseconds a token, the order
-    of their compute there, take tens of milliseconds).
+    The front end (both 0 unless measured: ``helpers.batching.front_end``): the API server and
+    the client handle every request and every token the engine makes, in processes of their own
+    that work while the engine computes, so each is a stage of a pipeline that runs at the pace
+    of its slowest stage:
+
+    - stream_token_s: the slower of the two's time per streamed token; a step that decodes n
+      sequences lasts at least n x stream_token_s (on an H200 a 64-sequence step of SmolLM2
+      took about 3 ms, so tens of microseconds a token can be the slower stage);
+    - admit_request_s: the front end's time to admit one request (parse, chat template,
+      tokenize) before the engine sees it; a burst is admitted one request after another
+      (``helpers.batching.predict.admitted``).
+
+    Leaves out: attention cost growing with context length, per-step variation, and on a CPU
+    the front end's share of the same cores (about 8% on this machine), which the fitted
+    overhead absorbs.
 
     >>> m = StepTimeModel(overhead_s=0.03, prefill_token_s=0.001, decode_seq_s=0.002)
     >>> round(m.step_seconds(num_prefill_tokens=100, num_decode_seqs=10), 3)  # 0.03+0.1+0.02
@@ -63,21 +73,29 @@ class StepTimeModel:
     prefill_token_s: float = 0.000717  # 0.72 ms a prompt token: 1.5 s for a 2,048-token step
     decode_seq_s: float = 0.00332  # 3.3 ms a decoding sequence
     max_num_batched_tokens: int = 2048
+    stream_token_s: float = 0.0  # the front end's time per streamed token: a floor under each step
+    admit_request_s: float = 0.0  # the front end's time to admit one request, one after another
 
     def __post_init__(self) -> None:
-        for name in ("overhead_s", "prefill_token_s", "decode_seq_s"):
+        for name in ("overhead_s", "prefill_token_s", "decode_seq_s", "stream_token_s", "admit_request_s"):
             validate.non_negative_number(getattr(self, name), name, unit="seconds")
         validate.positive_int(self.max_num_batched_tokens, "max_num_batched_tokens",
                               hint="It is the token budget of one engine step (vLLM's default on CPU: 2048; "
                                    "helpers.serve.budget.step_budget reads a server's).")
 
     def step_seconds(self, num_prefill_tokens: int, num_decode_seqs: int) -> float:
-        """Seconds for one step that computes these prompt tokens and decodes these sequences."""
-        return (
+        """Seconds for one step that computes these prompt tokens and decodes these sequences:
+        the engine's time, or the front end's time to stream the step's tokens where that is longer.
+
+        >>> StepTimeModel(overhead_s=0.002, decode_seq_s=0.0, stream_token_s=0.0001).step_seconds(0, 64)  # 64 x 0.1 ms
+        0.0064
+        """
+        engine = (
             self.overhead_s
             + self.prefill_token_s * num_prefill_tokens
             + self.decode_seq_s * num_decode_seqs
         )
+        return max(engine, self.stream_token_s * num_decode_seqs)
 
     def decode_tok_s(self, batch_size: int) -> float:
         """Output tokens per second while `batch_size` sequences decode together, no prefill.
