@@ -35,12 +35,13 @@ from helpers.batching.measure import measure_step_times
 from helpers.batching.prediction import prediction_record
 from helpers.batching.trace import lab_trace
 from helpers.files import write_atomically
-from helpers.hardware import describe_machine
+from helpers.hardware import describe_machine, detect_device
 from helpers.load.pace import LAB_OUTPUT_TOKENS
 from helpers.load.run import run_load_test
 from helpers.load.warmup import warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload
 from helpers.paths import build_dir
+from helpers.serve.config import GPU_SHARE
 from helpers.serve.server import start_server
 
 LAB_REQUESTS = 50
@@ -66,7 +67,9 @@ async def one_load(server, output_tokens: int, seed: int) -> dict:
 async def main(args: argparse.Namespace) -> dict:
     low, high = args.settings
     output_tokens = args.output_tokens
-    starts = [asyncio.to_thread(start_server, max_num_seqs=n, kv_cache_space_gib=args.kv_gib, quiet=True)
+    # each with half of notebook 06's share of the GPU: vLLM checks at start-up that its utilization's share is free
+    starts = [asyncio.to_thread(start_server, max_num_seqs=n, kv_cache_space_gib=args.kv_gib, quiet=True,
+                                gpu_memory_utilization=round(GPU_SHARE / 2, 2) if detect_device() == "cuda" else None)
               for n in (low, high)]
     servers = await asyncio.gather(*starts)
     try:

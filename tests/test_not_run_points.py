@@ -22,8 +22,9 @@ from helpers.batching.measure_stats import StepFitData
 from helpers.batching.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
 from helpers.batching.trace import BatchRequest
 from helpers.errors import CourseError, ServerStartError
-from helpers.lab import sweep
+from helpers.lab import side_by_side, sweep
 from helpers.lab.results import NotRunPoint, load_not_run, load_runs
+from helpers.lab.side_by_side import run_side_by_side
 from helpers.lab.sweep import SweepPlan, run_sweep
 from helpers.load.client import RequestRecord
 from helpers.load.prometheus import MetricsSample
@@ -85,9 +86,10 @@ def fake_sweep(monkeypatch):
     """A sweep whose load test kills the server of the settings in ``die_at`` in its first run
     (3 of 6 requests done), and whose start fails for the settings in ``no_start``."""
     log: list = []
-    plan = SimpleNamespace(die_at=set(), no_start=set(), unreachable=set())
+    plan = SimpleNamespace(die_at=set(), no_start=set(), unreachable=set(), start_settings=[])
 
-    def start(max_num_seqs, quiet):
+    def start(max_num_seqs, quiet, **settings):
+        plan.start_settings.append(settings)
         if max_num_seqs in plan.no_start:
             raise ServerStartError("The vLLM server exited during start-up (process killed).", cause="process killed",
                                    log_tail="", log_path="vllm.log")
@@ -116,6 +118,48 @@ def fake_sweep(monkeypatch):
     monkeypatch.setattr(sweep, "RETRY_WAIT_S", 0)
     plan.log = log
     return plan
+
+
+def test_side_by_side_starts_every_server_first_takes_turns_and_stops_them_all(fake_sweep, tmp_path):
+    result = asyncio.run(run_side_by_side((8, 64), SweepPlan(3, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.5))
+    assert fake_sweep.log == [("start", 8), ("start", 64), ("run", 8, 0), ("run", 64, 0), ("run", 64, 1),
+                              ("run", 8, 1), ("run", 8, 2), ("run", 64, 2), ("stop", 64), ("stop", 8)]
+    assert fake_sweep.start_settings == [{"kv_cache_space_gib": 1.5}] * 2  # not vLLM's 90% of the GPU each
+    assert not result.not_run and [w.seed for w in result.workloads] == [0, 0, 1, 1, 2, 2]
+    assert all(run.settings["side_by_side"] == [8, 64] for run in load_runs(tmp_path))
+
+
+def test_side_by_side_on_a_gpu_gives_each_server_an_equal_share_of_its_memory(fake_sweep, tmp_path, monkeypatch):
+    monkeypatch.setattr(side_by_side, "detect_device", lambda: "cuda")
+    asyncio.run(run_side_by_side((8, 64), SweepPlan(1, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.3))
+    assert fake_sweep.start_settings == [{"kv_cache_space_gib": 1.3, "gpu_memory_utilization": 0.42}] * 2
+
+
+def test_side_by_side_goes_on_with_the_other_setting_when_one_server_dies(fake_sweep, tmp_path):
+    fake_sweep.die_at = {8}
+    result = asyncio.run(run_side_by_side((8, 64), SweepPlan(3, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
+    assert [entry for entry in fake_sweep.log if entry[0] == "run"] == [("run", 8, 0), ("run", 64, 0),
+                                                                       ("run", 64, 1), ("run", 64, 2)]
+    assert result.not_run == [NotRunPoint(8, 2, DIED), NotRunPoint(8, 3, DIED)]
+    assert fake_sweep.log[-2:] == [("stop", 64), ("stop", 8)]
+
+
+def test_side_by_side_falls_back_to_one_after_the_other_when_the_second_server_does_not_fit(fake_sweep, tmp_path,
+                                                                                             capsys):
+    fake_sweep.no_start = {64}
+    result = asyncio.run(run_side_by_side((8, 64), SweepPlan(2, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
+    assert fake_sweep.log == [("start", 8), ("stop", 8), ("start", 8), ("run", 8, 0), ("run", 8, 1), ("stop", 8)]
+    assert "did not start beside the others (process killed): measuring the settings one after" in capsys.readouterr().out
+    assert [(p.max_num_seqs, p.run) for p in result.not_run] == [(64, 1), (64, 2)]
+    assert all("side_by_side" not in run.settings for run in result.runs)
+
+
+def test_side_by_side_runs_nothing_when_the_first_server_does_not_start(fake_sweep, tmp_path):
+    fake_sweep.no_start = {8}
+    result = asyncio.run(run_side_by_side((8, 64), SweepPlan(2, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
+    assert fake_sweep.log == [] and not result.runs
+    assert [(p.max_num_seqs, p.run) for p in result.not_run] == [(8, 1), (8, 2), (64, 1), (64, 2)]
+    assert all("max_num_seqs=8 did not start: process killed" in p.reason for p in result.not_run)
 
 
 def test_a_server_that_dies_keeps_its_run_marks_the_rest_and_the_next_setting_gets_a_fresh_server(

@@ -7,6 +7,9 @@ fresh prompts (``seed`` = the repetition), since vLLM's prefix cache would skip 
 prompt's prefill. :func:`check_sweep` refuses impossible plans before any server starts.
 Taught in ``labs/01_concurrency_lab.ipynb``.
 
+On a GPU the lab measures its two settings side by side instead (``helpers.lab.side_by_side``), with
+the pieces of one load test here (:func:`run_one_load`, :func:`start_with_retries`, :func:`mark_not_run`).
+
 A server that dies does not end the sweep with a traceback: the run it cut short is saved with
 what finished before (``settings["server_died"]`` says why), its setting's remaining load tests
 are marked not run, and the next setting gets a fresh server. A server that will not start
@@ -151,11 +154,11 @@ async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *
     for index, max_num_seqs in enumerate(settings):
         others = other_vllm_servers()
         try:
-            server = _start(max_num_seqs, attempts, quiet)
+            server = start_with_retries(max_num_seqs, attempts, quiet)
         except START_ERRORS as error:
             why = getattr(error, "cause", None) or str(error).splitlines()[0]
             for later in settings[index:]:
-                _mark_not_run(result, later, 0, f"server did not start: {why}", out, started_at)
+                mark_not_run(result, later, 0, f"server did not start: {why}", out, started_at)
             break
         with server:
             if quiet:
@@ -167,7 +170,7 @@ async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *
                 except (RuntimeError, OSError):
                     if (death := death_of(server)) is None:
                         raise
-                    _mark_not_run(result, max_num_seqs, 0, death, out, started_at)
+                    mark_not_run(result, max_num_seqs, 0, death, out, started_at)
                     continue
             await _run_setting(server, max_num_seqs, others, result, out, quiet, started_at)
     if result.not_run:
@@ -177,43 +180,53 @@ async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *
 
 async def _run_setting(server: Any, max_num_seqs: int, others: int, result: SweepResult, out: Path | str,
                        quiet: bool, started_at: str) -> None:
-    """The load tests of one setting on its server (a GPU server warmed first, untimed: see
-    :mod:`helpers.load.warmup`); from the one the server died in (or no longer answered before),
-    the rest are marked not run."""
+    """The load tests of one setting on its server, one after another (:func:`run_one_load`)."""
     for repetition in range(result.plan.repetitions):
-        if (death := death_of(server, wait_s=0)) is not None:
-            _mark_not_run(result, max_num_seqs, repetition, death, out, started_at)
-            return
-        try:
-            workload = build_workload(server, num_requests=result.plan.num_requests,
-                                      output_tokens=result.plan.output_tokens, seed=repetition)
-        except OSError as error:  # its tokenizer is the server's: a server that no longer answers
-            _mark_not_run(result, max_num_seqs, repetition, death_of(server) or
-                          f"server stopped answering: {error}", out, started_at)
-            return
-        if repetition == 0 and (warmed_s := await warm_up(server, workload)) is not None:
-            print(f"  max_num_seqs={max_num_seqs}: warm-up burst of {len(workload.requests)} requests x "
-                  f"{WARM_UP_OUTPUT_TOKENS} tokens, untimed, {warmed_s:.1f} s", flush=True)
-        run = await run_load_test(server, workload, progress=not quiet,
-                                  label=f"max_num_seqs={max_num_seqs}, run {repetition + 1}")
-        run.settings["other_vllm_servers_at_start"] = others
-        death = death_of(server) if run.summary.num_errors else None
-        if death is not None:
-            run.settings["server_died"] = death
-        save_run(run, out)
-        result.runs.append(run)
-        result.workloads.append(workload)
-        print(describe_run(run, detail=quiet), flush=True)
-        if death is not None:
-            s = run.summary
-            print(f"  max_num_seqs={max_num_seqs}, run {repetition + 1}: {death} during the run; kept the {s.num_ok} "
-                  f"of {s.num_requests} requests that finished before it, the other {s.num_errors} count as errors",
-                  flush=True)
-            _mark_not_run(result, max_num_seqs, repetition + 1, death, out, started_at)
+        if not await run_one_load(server, max_num_seqs, repetition, others, result, out, quiet, started_at):
             return
 
 
-def _mark_not_run(result: SweepResult, max_num_seqs: int, first: int, reason: str, out: Path | str,
+async def run_one_load(server: Any, max_num_seqs: int, repetition: int, others: int, result: SweepResult,
+                   out: Path | str, quiet: bool, started_at: str, **recorded: Any) -> bool:
+    """One load test of a setting on its server (the first one warmed first on a GPU, untimed: see
+    :mod:`helpers.load.warmup`), saved with ``recorded`` among its settings. False when the server died
+    (or no longer answered) before or during it: this repetition and the setting's later ones are then
+    marked not run."""
+    if (death := death_of(server, wait_s=0)) is not None:
+        mark_not_run(result, max_num_seqs, repetition, death, out, started_at)
+        return False
+    try:
+        workload = build_workload(server, num_requests=result.plan.num_requests,
+                                  output_tokens=result.plan.output_tokens, seed=repetition)
+    except OSError as error:  # its tokenizer is the server's: a server that no longer answers
+        mark_not_run(result, max_num_seqs, repetition, death_of(server) or
+                      f"server stopped answering: {error}", out, started_at)
+        return False
+    if repetition == 0 and (warmed_s := await warm_up(server, workload)) is not None:
+        print(f"  max_num_seqs={max_num_seqs}: warm-up burst of {len(workload.requests)} requests x "
+              f"{WARM_UP_OUTPUT_TOKENS} tokens, untimed, {warmed_s:.1f} s", flush=True)
+    run = await run_load_test(server, workload, progress=not quiet,
+                              label=f"max_num_seqs={max_num_seqs}, run {repetition + 1}")
+    run.settings["other_vllm_servers_at_start"] = others
+    run.settings.update(recorded)
+    death = death_of(server) if run.summary.num_errors else None
+    if death is not None:
+        run.settings["server_died"] = death
+    save_run(run, out)
+    result.runs.append(run)
+    result.workloads.append(workload)
+    print(describe_run(run, detail=quiet), flush=True)
+    if death is not None:
+        s = run.summary
+        print(f"  max_num_seqs={max_num_seqs}, run {repetition + 1}: {death} during the run; kept the {s.num_ok} "
+              f"of {s.num_requests} requests that finished before it, the other {s.num_errors} count as errors",
+              flush=True)
+        mark_not_run(result, max_num_seqs, repetition + 1, death, out, started_at)
+        return False
+    return True
+
+
+def mark_not_run(result: SweepResult, max_num_seqs: int, first: int, reason: str, out: Path | str,
                   started_at: str) -> None:
     """Mark the setting's load tests from repetition ``first`` (from 0) not run; print and save them."""
     points = [NotRunPoint(max_num_seqs, repetition + 1, reason)
@@ -267,12 +280,12 @@ def describe_run(run: LoadTestRun, detail: bool = False) -> str:
     return line
 
 
-def _start(max_num_seqs: int, attempts: int, quiet: bool) -> Any:
+def start_with_retries(max_num_seqs: int, attempts: int, quiet: bool, **settings: Any) -> Any:
     """A started server, after up to ``attempts`` tries; the last failure is raised."""
     attempt = 1
     while True:
         try:
-            return start_server(max_num_seqs=max_num_seqs, quiet=quiet)
+            return start_server(max_num_seqs=max_num_seqs, quiet=quiet, **settings)
         except START_ERRORS as error:
             if attempt >= attempts:
                 raise

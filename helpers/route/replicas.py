@@ -31,11 +31,9 @@ from typing import Any
 import psutil
 
 from helpers.errors import ConfigError, NotEnoughMemoryError
-from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, LOOPBACK, ServerConfig
+from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, GPU_SHARE, LOOPBACK, ServerConfig
 from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device
 from helpers.serve.server import VLLMServer
-
-GPU_SHARE = 0.85  # of the GPU's memory, split between the replicas when no utilization is given
 
 
 @dataclass

@@ -60,6 +60,7 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # environment variables
 HIDDEN = "<hidden>"
 CORE_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")  # what VLLM_CPU_OMP_THREADS_BIND takes for one engine
 KEY_GUARD = "helpers.serve.key_guard.RequireKeyEverywhere"  # the key on every route, not only /v1
+GPU_SHARE = 0.85  # of a GPU's memory, split between servers that share it (notebook 06's replicas, lab 1 on a GPU)
 
 
 @dataclass(frozen=True)
