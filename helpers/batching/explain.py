@@ -17,7 +17,6 @@ Taught in ``notebooks/04_continuous_batching.ipynb``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from helpers.batching.measure_stats import finish_moments
@@ -136,19 +135,19 @@ def _front_end_sentence(clock_low: StepTimeModel, clock_high: StepTimeModel, low
                         running: int) -> str:
     """Where the prediction used each server's own clock, or the front end as a stage: what that did; else ''.
 
+    >>> from dataclasses import replace
     >>> eng = StepTimeModel(overhead_s=0.0025, prefill_token_s=0.0, decode_seq_s=0.00001)
     >>> print(_front_end_sentence(replace(eng, overhead_s=0.0018), replace(eng, stream_token_s=0.00007,
     ...                           admit_request_s=0.002), 8, 64, 50))
     Each setting has its own server's clock: a step of 8 costs 1.88 ms on the 8-slot server, 2.58 ms on the 64-slot one. At 50 the front end is the slower stage: streaming a step's 50 tokens takes 3.50 ms of its CPU time, the engine's step 3.00 ms; and admitting the 50 requests one after another takes 100 ms before the last reaches the engine. 
     """
     parts = []
-    if clock_low != clock_high and (clock_low.overhead_s, clock_low.decode_seq_s) != (clock_high.overhead_s,
-                                                                                       clock_high.decode_seq_s):
+    if (clock_low.overhead_s, clock_low.decode_seq_s) != (clock_high.overhead_s, clock_high.decode_seq_s):
         parts.append(f"Each setting has its own server's clock: a step of {low} costs "
                      f"{duration(clock_low.step_seconds(0, low))} on the {low}-slot server, "
                      f"{duration(clock_high.step_seconds(0, low))} on the {high}-slot one.")
     if clock_high.stream_token_s or clock_high.admit_request_s:
-        engine = replace(clock_high, stream_token_s=0.0).step_seconds(0, running)
+        engine = clock_high.engine_seconds(0, running)
         stream = clock_high.stream_token_s * running
         stage = "the front end is the slower stage" if stream > engine else "the engine is still the slower stage"
         parts.append(f"At {running} {stage}: streaming a step's {running} tokens takes {duration(stream)} of its CPU "

@@ -80,7 +80,7 @@ class FrontEndCost:
                 f"(CPU time, {self.num_requests} requests of 1 and {self.output_len} output tokens)")
         if engine is None:
             return head
-        engine_s = replace(engine, stream_token_s=0.0).step_seconds(0, batch)
+        engine_s = engine.engine_seconds(0, batch)
         front_s = self.stream_token_s * batch
         slower = "the front end" if front_s > engine_s else "the engine"
         return (f"{head}\na step of {batch} sequences: engine {1000 * engine_s:.2f} ms, front end "

@@ -90,12 +90,15 @@ class StepTimeModel:
         >>> StepTimeModel(overhead_s=0.002, decode_seq_s=0.0, stream_token_s=0.0001).step_seconds(0, 64)  # 64 x 0.1 ms
         0.0064
         """
-        engine = (
+        return max(self.engine_seconds(num_prefill_tokens, num_decode_seqs), self.stream_token_s * num_decode_seqs)
+
+    def engine_seconds(self, num_prefill_tokens: int, num_decode_seqs: int) -> float:
+        """The engine's own time for the step, without the front end's floor."""
+        return (
             self.overhead_s
             + self.prefill_token_s * num_prefill_tokens
             + self.decode_seq_s * num_decode_seqs
         )
-        return max(engine, self.stream_token_s * num_decode_seqs)
 
     def decode_tok_s(self, batch_size: int) -> float:
         """Output tokens per second while `batch_size` sequences decode together, no prefill.

@@ -34,13 +34,14 @@ from helpers.lab.sweep import (
     SweepResult,
     check_sweep,
     default_max_model_len,
+    fit_on,
     mark_not_run,
     run_one_load,
+    start_failure,
     start_with_retries,
 )
 from helpers.load.workload import LAB_PROMPT_LENS
 from helpers.serve.config import GPU_SHARE
-from helpers.serve.process import death_of
 
 CHAT_TEMPLATE_TOKENS = 40  # what a chat template adds around a prompt (about 30 on SmolLM2), with room
 
@@ -80,7 +81,7 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
                 servers[max_num_seqs] = stack.enter_context(start_with_retries(max_num_seqs, attempts, quiet,
                                                                                **memory))
             except START_ERRORS as error:
-                why = getattr(error, "cause", None) or str(error).splitlines()[0]
+                why = start_failure(error)
                 if servers:
                     print(f"The server at max_num_seqs={max_num_seqs} did not start beside the others ({why}): "
                           "measuring the settings one after the other instead.", flush=True)
@@ -108,14 +109,8 @@ async def _take_turns(servers: dict[int, Any], result: SweepResult, fit: Fit | N
     flipped each time; a setting whose server died drops out."""
     settings = list(servers)
     going = list(settings)
-    if fit is not None:
-        try:
-            result.plan = await fit(servers[settings[0]], result.plan)
-        except (RuntimeError, OSError):
-            if (death := death_of(servers[settings[0]])) is None:
-                raise
-            mark_not_run(result, settings[0], 0, death, out, started_at)
-            going = going[1:]
+    if fit is not None and not await fit_on(servers[settings[0]], settings[0], fit, result, out, started_at):
+        going = going[1:]
     for repetition in range(result.plan.repetitions):
         for max_num_seqs in (going if repetition % 2 == 0 else going[::-1]):
             if not await run_one_load(servers[max_num_seqs], max_num_seqs, repetition, others, result, out, quiet,

@@ -5,10 +5,8 @@ I/O: it starts vLLM servers, sends load, writes one run file each (:func:`helper
 ``scripts/lab_sweep.py`` (1 ... 64, the committed reference runs) share. Each repetition gets
 fresh prompts (``seed`` = the repetition), since vLLM's prefix cache would skip a repeated
 prompt's prefill. :func:`check_sweep` refuses impossible plans before any server starts.
-Taught in ``labs/01_concurrency_lab.ipynb``.
-
-On a GPU the lab measures its two settings side by side instead (``helpers.lab.side_by_side``), with
-the pieces of one load test here (:func:`run_one_load`, :func:`start_with_retries`, :func:`mark_not_run`).
+Taught in ``labs/01_concurrency_lab.ipynb``. On a GPU the lab measures its two settings side by side
+(``helpers.lab.side_by_side``), with the pieces of one load test here (:func:`run_one_load` and others).
 
 A server that dies does not end the sweep with a traceback: the run it cut short is saved with
 what finished before (``settings["server_died"]`` says why), its setting's remaining load tests
@@ -156,38 +154,44 @@ async def run_sweep(settings: Sequence[int], plan: SweepPlan, out: Path | str, *
         try:
             server = start_with_retries(max_num_seqs, attempts, quiet)
         except START_ERRORS as error:
-            why = getattr(error, "cause", None) or str(error).splitlines()[0]
             for later in settings[index:]:
-                mark_not_run(result, later, 0, f"server did not start: {why}", out, started_at)
+                mark_not_run(result, later, 0, f"server did not start: {start_failure(error)}", out, started_at)
             break
         with server:
             if quiet:
                 print(f"max_num_seqs={max_num_seqs}: server ready in {server.startup_seconds:.0f} s", flush=True)
             if not fitted:
-                try:
-                    result.plan = await fit(server, result.plan)
-                    fitted = True
-                except (RuntimeError, OSError):
-                    if (death := death_of(server)) is None:
-                        raise
-                    mark_not_run(result, max_num_seqs, 0, death, out, started_at)
+                if not await fit_on(server, max_num_seqs, fit, result, out, started_at):
                     continue
-            await _run_setting(server, max_num_seqs, others, result, out, quiet, started_at)
+                fitted = True
+            for repetition in range(result.plan.repetitions):  # until the server dies, if it does
+                if not await run_one_load(server, max_num_seqs, repetition, others, result, out, quiet, started_at):
+                    break
     if result.not_run:
         print(result.describe_not_run() + f"\n(saved in {result.not_run_file})", flush=True)
     return result
 
 
-async def _run_setting(server: Any, max_num_seqs: int, others: int, result: SweepResult, out: Path | str,
-                       quiet: bool, started_at: str) -> None:
-    """The load tests of one setting on its server, one after another (:func:`run_one_load`)."""
-    for repetition in range(result.plan.repetitions):
-        if not await run_one_load(server, max_num_seqs, repetition, others, result, out, quiet, started_at):
-            return
+async def fit_on(server: Any, max_num_seqs: int, fit: Fit, result: SweepResult, out: Path | str,
+                 started_at: str) -> bool:
+    """Size ``result.plan`` on this server; False (its setting marked not run) if the server died doing it."""
+    try:
+        result.plan = await fit(server, result.plan)
+        return True
+    except (RuntimeError, OSError):
+        if (death := death_of(server)) is None:
+            raise
+        mark_not_run(result, max_num_seqs, 0, death, out, started_at)
+        return False
+
+
+def start_failure(error: Exception) -> str:
+    """Why a server did not start, in a few words: the error's cause, else its first line."""
+    return getattr(error, "cause", None) or str(error).splitlines()[0]
 
 
 async def run_one_load(server: Any, max_num_seqs: int, repetition: int, others: int, result: SweepResult,
-                   out: Path | str, quiet: bool, started_at: str, **recorded: Any) -> bool:
+                       out: Path | str, quiet: bool, started_at: str, **recorded: Any) -> bool:
     """One load test of a setting on its server (the first one warmed first on a GPU, untimed: see
     :mod:`helpers.load.warmup`), saved with ``recorded`` among its settings. False when the server died
     (or no longer answered) before or during it: this repetition and the setting's later ones are then
@@ -200,7 +204,7 @@ async def run_one_load(server: Any, max_num_seqs: int, repetition: int, others: 
                                   output_tokens=result.plan.output_tokens, seed=repetition)
     except OSError as error:  # its tokenizer is the server's: a server that no longer answers
         mark_not_run(result, max_num_seqs, repetition, death_of(server) or
-                      f"server stopped answering: {error}", out, started_at)
+                     f"server stopped answering: {error}", out, started_at)
         return False
     if repetition == 0 and (warmed_s := await warm_up(server, workload)) is not None:
         print(f"  max_num_seqs={max_num_seqs}: warm-up burst of {len(workload.requests)} requests x "
@@ -227,7 +231,7 @@ async def run_one_load(server: Any, max_num_seqs: int, repetition: int, others: 
 
 
 def mark_not_run(result: SweepResult, max_num_seqs: int, first: int, reason: str, out: Path | str,
-                  started_at: str) -> None:
+                 started_at: str) -> None:
     """Mark the setting's load tests from repetition ``first`` (from 0) not run; print and save them."""
     points = [NotRunPoint(max_num_seqs, repetition + 1, reason)
               for repetition in range(first, result.plan.repetitions)]
