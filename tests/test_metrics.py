@@ -133,6 +133,43 @@ def test_scrape_reads_one_sample_from_a_url(fake_server):
     assert scrape(fake_server).num_requests_waiting == 8
 
 
+class _CutShort(BaseHTTPRequestHandler):
+    """Promises a /metrics page, then closes the connection before sending it: a server dying mid-answer."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "52820")
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_page_cut_short_is_a_failed_scrape_callers_already_handle():
+    # CI caught this: a server killed while sending /metrics gave http.client.IncompleteRead, which
+    # is no OSError, so the step-time measurement's "skip a failed scrape" let it through.
+    from helpers.batching.measure import _server_timer_totals
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        with pytest.raises(ConnectionError, match="answered only in part"):
+            scrape(url)
+
+        class Server:
+            pass
+
+        server = Server()
+        server.url = url
+        assert asyncio.run(_server_timer_totals(server)) is None
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_poller_samples_several_times_a_second_skips_failed_scrapes_and_stops_with_the_load(fake_server):
     async def load():
         await asyncio.sleep(0.65)

@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import time
@@ -162,7 +163,7 @@ def server_facts(target: Any) -> ServerFacts:
     try:
         with urllib.request.urlopen(f"{target.url}/version", timeout=5) as response:
             facts["vllm_version"] = json.loads(response.read()).get("version")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, http.client.HTTPException, ValueError, AttributeError):  # a server dying mid-answer
         facts["vllm_version"] = None
     config = getattr(target, "config", None)
     facts["max_num_seqs"] = getattr(config, "max_num_seqs", None)
