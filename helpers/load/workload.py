@@ -14,6 +14,7 @@ Sending them: :mod:`helpers.load.client` and :mod:`helpers.load.run`.
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import re
@@ -84,8 +85,11 @@ class ServerTokenizer:
             self.url + path, data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
         )
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except http.client.HTTPException as cut:  # an answer cut short: the OSError callers expect
+            raise ConnectionError(f"{self.url}{path} answered only in part: {cut!r}") from cut
 
 
 # ----- the workload ------------------------------------------------------------------------------
