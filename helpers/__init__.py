@@ -11,7 +11,7 @@ Rooms (subpackages), each opened by a docstring that lists its modules:
 - ``helpers.traffic``: open-loop request rates, SLOs, saturation and the token budget (the second lab).
 
 Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
-``validate`` (clear errors for bad arguments), ``feedback`` (every exercise's verdict), ``units``
+``validate`` (clear errors for bad arguments), ``local_http`` (a blocking GET whose every failure is an OSError), ``feedback`` (every exercise's verdict), ``units``
 (durations and shares printed in the unit that shows them), ``colab``, ``answer_audit`` (the tests' check
 that no exercise's answer is printed above it).
 

@@ -143,14 +143,17 @@ class _CutShort(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
 
+    do_POST = do_GET  # the tokenizer's request
+
     def log_message(self, *args):
         pass
 
 
-def test_a_page_cut_short_is_a_failed_scrape_callers_already_handle():
+def test_an_answer_cut_short_is_the_oserror_callers_already_handle():
     # CI caught this: a server killed while sending /metrics gave http.client.IncompleteRead, which
     # is no OSError, so the step-time measurement's "skip a failed scrape" let it through.
     from helpers.batching.measure import _server_timer_totals
+    from helpers.load.workload import ServerTokenizer
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -158,6 +161,8 @@ def test_a_page_cut_short_is_a_failed_scrape_callers_already_handle():
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
         with pytest.raises(ConnectionError, match="answered only in part"):
             scrape(url)
+        with pytest.raises(ConnectionError, match="answered only in part"):
+            ServerTokenizer(url, "any").encode_chat([{"role": "user", "content": "hi"}])
 
         class Server:
             pass

@@ -11,13 +11,13 @@ A failed scrape is skipped, never raised: a monitor must not break the experimen
 from __future__ import annotations
 
 import asyncio
-import http.client
 import time
 import urllib.request
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from helpers.load.prometheus import MetricsSample, cache_config_labels
+from helpers.local_http import read_body
 
 T = TypeVar("T")
 
@@ -35,17 +35,9 @@ def _headers(server: Any) -> dict[str, str]:
 
 
 def metrics_text(server: Any, timeout: float) -> str:
-    """The server's ``/metrics`` page, with a blocking GET (raises OSError if it fails).
-
-    A server that dies while it sends the page cuts the body short; http.client says so with
-    an HTTPException, which is not an OSError, so it is raised as one (ConnectionError): every
-    caller treats a half-read page as the failed scrape it is."""
+    """The server's ``/metrics`` page, with a blocking GET (raises OSError if it fails, a page cut short included)."""
     request = urllib.request.Request(_metrics_url(server), headers=_headers(server))
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read().decode()
-    except http.client.HTTPException as cut:
-        raise ConnectionError(f"{_metrics_url(server)} answered only in part: {cut!r}") from cut
+    return read_body(request, timeout).decode()
 
 
 def scrape(server: Any, timeout: float = 5.0) -> MetricsSample:

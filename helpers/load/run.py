@@ -21,11 +21,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import os
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from functools import cached_property
@@ -37,6 +35,7 @@ from helpers.load.client import DEFAULT_TIMEOUT_S, RequestRecord, RequestSpec, s
 from helpers.load.http import make_client
 from helpers.load.summary import RunSummary, describe_failures, summarize
 from helpers.load.workload import Workload
+from helpers.local_http import read_body
 
 POOL_HEADROOM = 4  # connections above the in-flight cap (the openai client's pool must not be the limit)
 
@@ -161,9 +160,8 @@ def server_facts(target: Any) -> ServerFacts:
     # "dummy": random weights (helpers.serve.dummy_model), whose text means nothing; tables say so
     facts["model_source"] = getattr(target, "model_source", None)
     try:
-        with urllib.request.urlopen(f"{target.url}/version", timeout=5) as response:
-            facts["vllm_version"] = json.loads(response.read()).get("version")
-    except (OSError, http.client.HTTPException, ValueError, AttributeError):  # a server dying mid-answer
+        facts["vllm_version"] = json.loads(read_body(f"{target.url}/version", timeout=5)).get("version")
+    except (OSError, ValueError, AttributeError):
         facts["vllm_version"] = None
     config = getattr(target, "config", None)
     facts["max_num_seqs"] = getattr(config, "max_num_seqs", None)

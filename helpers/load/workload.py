@@ -14,7 +14,6 @@ Sending them: :mod:`helpers.load.client` and :mod:`helpers.load.run`.
 
 from __future__ import annotations
 
-import http.client
 import json
 import random
 import re
@@ -29,7 +28,7 @@ import numpy as np
 
 from helpers import validate
 from helpers.load.client import RequestSpec
-
+from helpers.local_http import read_body
 
 LAB_PROMPT_LENS = (16, 64, 256, 512)  # tokens of message text, cycled over the requests
 TOKEN_ID_RANGE = (1_000, 30_000)  # random prompts: clear of SmolLM2's special tokens (0-16), inside its vocabulary
@@ -85,11 +84,7 @@ class ServerTokenizer:
             self.url + path, data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
-        except http.client.HTTPException as cut:  # an answer cut short: the OSError callers expect
-            raise ConnectionError(f"{self.url}{path} answered only in part: {cut!r}") from cut
+        return json.loads(read_body(request, self.timeout_s))
 
 
 # ----- the workload ------------------------------------------------------------------------------

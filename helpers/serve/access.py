@@ -10,6 +10,8 @@ from __future__ import annotations
 import urllib.request
 from typing import Any
 
+from helpers.local_http import read_body
+
 
 class ServerAccess:
     """``client()``, ``async_client()`` and ``get()`` for a class with ``url``, ``base_url`` and ``api_key``."""
@@ -33,5 +35,4 @@ class ServerAccess:
     def get(self, path: str, timeout: float = 5.0) -> bytes:
         """GET a path of the server (``/metrics``, ``/v1/models``) with the key; return the body."""
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.api_key}"})
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read()
+        return read_body(request, timeout)
