@@ -80,8 +80,14 @@ def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConf
     return gpu.gpu_settings(config, detect_gpus())
 
 
-def check_memory(config: ServerConfig, device: Device) -> None:
-    """Refuse a CPU KV cache that, with the server itself, does not fit in the free memory."""
+def cpu_memory_gib(config: ServerConfig) -> float:
+    """What a CPU server takes: its KV cache plus about :data:`SERVER_RSS_GIB` for itself."""
+    return (config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB) + SERVER_RSS_GIB
+
+
+def check_memory(config: ServerConfig, device: Device, starting_with_gib: float = 0.0) -> None:
+    """Refuse a CPU KV cache that, with the server itself, does not fit in the free memory;
+    ``starting_with_gib``: what servers launched together with this one will take (not yet taken)."""
     if device != "cpu":
         # vLLM measures GPU memory itself and says so clearly, but only after its start-up (minutes
         # on a GPU): a pool larger than the whole GPU is refused here, before anything launches
@@ -89,12 +95,13 @@ def check_memory(config: ServerConfig, device: Device) -> None:
             check_gpu_kv_fits(config.kv_cache_space_gib)
         return
     kv_gib = config.kv_cache_space_gib or DEFAULT_CPU_KV_CACHE_GIB
-    wanted = kv_gib + SERVER_RSS_GIB
+    wanted = cpu_memory_gib(config) + starting_with_gib
     available = psutil.virtual_memory().available / 2**30
     if wanted > available:
+        beside = f", beside {starting_with_gib:.1f} GiB for the servers starting with it," if starting_with_gib else ""
         raise NotEnoughMemoryError(
             f"A {kv_gib:g} GiB KV cache plus about "
-            f"{SERVER_RSS_GIB:g} GiB for the server needs {wanted:.1f} GiB, but only "
+            f"{SERVER_RSS_GIB:g} GiB for the server{beside} needs {wanted:.1f} GiB, but only "
             f"{available:.1f} GiB of memory is free. Lower kv_cache_space_gib, or stop other "
             "servers (helpers.serve.server.running_servers() lists this kernel's)."
         )
@@ -115,8 +122,10 @@ def check_gpu_kv_fits(kv_gib: float, replicas: int = 1) -> None:
         "kv_cache_space_gib, or leave it unset: on a GPU vLLM sizes the pool from gpu_memory_utilization.")
 
 
-def choose_port(config: ServerConfig) -> int:
-    """The config's port if it is free, else (port=None) the first free one from :data:`FIRST_PORT`."""
+def choose_port(config: ServerConfig, taken: frozenset[int] | set[int] = frozenset()) -> int:
+    """The config's port if it is free, else (port=None) the first free one from :data:`FIRST_PORT`
+    that is not in ``taken`` (ports of servers this kernel launched: a vLLM just launched binds its
+    port seconds later, so a probe cannot see it yet)."""
     if config.port is not None:
         if not port_free(config.host, config.port, strict=False):
             raise PortInUseError(
@@ -126,7 +135,7 @@ def choose_port(config: ServerConfig) -> int:
             )
         return config.port
     for port in range(FIRST_PORT, FIRST_PORT + 100):
-        if port_free(config.host, port, strict=True):
+        if port not in taken and port_free(config.host, port, strict=True):
             return port
     raise PortInUseError(f"Ports {FIRST_PORT}-{FIRST_PORT + 99} are all in use on {config.host}.")
 

@@ -13,10 +13,9 @@
   processes dies (:attr:`VLLMServer.death_note` then says which);
 - reports the engine's KV-cache capacity as a :class:`helpers.serve.log.KVCacheReport`.
 
-The checks before launch are in :mod:`helpers.serve.preflight`, the process plumbing (process
-group, watchdog, sockets) in :mod:`helpers.serve.process`, and the reading of the log in
-:mod:`helpers.serve.log`; this module ties them into the object a notebook holds.
-Taught in ``notebooks/01_start_server.ipynb``.
+The checks before launch are in :mod:`helpers.serve.preflight`, the process plumbing in
+:mod:`helpers.serve.process`, the reading of the log in :mod:`helpers.serve.log`, several servers
+started at once in :mod:`helpers.serve.together`. Taught in ``notebooks/01_start_server.ipynb``.
 
 Example::
 
@@ -27,10 +26,10 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -40,13 +39,15 @@ from helpers.hardware import Device
 from helpers.serve import group, preflight, process
 from helpers.serve.access import ServerAccess
 from helpers.serve.config import Launch, ServerConfig, build_launch
+from helpers.serve.live import LIVE, ports_taken, running_servers, stop_all_servers  # noqa: F401 (imported from here)
 from helpers.serve.log import (Diagnosis, KVCacheReport, diagnose, milestone, parse_kv_cache_report, startup_phases, tail,
                                watchdog_note)
-from helpers.serve.model import resolve_model
+from helpers.serve.model import ModelChoice, resolve_model
 
 PORT_ATTEMPTS = 3  # launches tried when a port chosen as free is taken before vLLM binds it
 STARTING_GRACE_S = 3.0  # SIGTERM to SIGKILL for a server stopped before it was ready
-_LIVE: set["VLLMServer"] = set()  # servers this process started and has not stopped yet
+POLL_S = 0.5  # between looks at a starting server
+Say = Callable[[str], None]  # where a start's progress lines go
 
 
 class VLLMServer(ServerAccess):
@@ -71,6 +72,9 @@ class VLLMServer(ServerAccess):
         self._guard: subprocess.Popen[bytes] | None = None
         self._temp_dir: Path | None = None
         self._cores: dict[int, str] = {}  # pid -> name of the processes the server cannot lose
+        self._choice: ModelChoice | None = None  # the model, once checked before launch
+        self._attempts = self._seen_lines = 0  # launches (a port taken before vLLM bound it: again); log lines read
+        self._checks_s = self._began = self._launched = self._last_news = 0.0  # the start's clock (monotonic s)
 
     # ----- what a notebook uses -------------------------------------------------------
     @property
@@ -111,7 +115,7 @@ class VLLMServer(ServerAccess):
     def log_tail(self, lines: int = 25) -> str:
         return tail(self.log_text(), lines)
 
-    def __enter__(self) -> "VLLMServer":
+    def __enter__(self) -> VLLMServer:
         return self.start() if self.process is None else self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -125,51 +129,74 @@ class VLLMServer(ServerAccess):
         return f"<VLLMServer {state} {self.model_name or self.config.model} on {self.url if self.port else '-'}>"
 
     # ----- lifecycle ---------------------------------------------------------------------
-    def start(self, *, quiet: bool = False) -> "VLLMServer":
+    def start(self, *, quiet: bool = False) -> VLLMServer:
         """Launch the server and block until it is ready; raise with the cause if it is not."""
+        say = (lambda text: None) if quiet else progress_printer(time.monotonic())
+        try:
+            self.check_before_launch(say)
+            self.launch_on_free_port(say)
+            while not self.poll_start(say):
+                time.sleep(POLL_S)
+        except BaseException:
+            # Also on KeyboardInterrupt: an interrupted cell must not leave a server behind.
+            # A server still starting serves nothing and may not heed SIGTERM yet: a short grace.
+            self.stop(timeout=STARTING_GRACE_S)
+            raise
+        return self
+
+    def check_before_launch(self, say: Say, starting_with_gib: float = 0.0) -> None:
+        """The checks before anything launches: device, options, memory (beside ``starting_with_gib``
+        for servers launched together with this one), model, and the dtype this device computes well."""
         if self.process is not None:
             raise RuntimeError("This server was already started; create a new VLLMServer to start another.")
-        began = time.monotonic()
-        say = (lambda text: None) if quiet else _printer(began)
+        checks_began = time.monotonic()
         self.device = preflight.choose_device(self.config)
         preflight.check_device_options(self.config, self.device)
-        preflight.check_memory(self.config, self.device)
-        choice = resolve_model(self.config.model)
-        preflight.check_model_device(choice, self.device)
+        preflight.check_memory(self.config, self.device, starting_with_gib)
+        self._choice = resolve_model(self.config.model)
+        preflight.check_model_device(self._choice, self.device)
         self.config, why = preflight.with_serving_dtype(self.config, self.device)
         if why:
             say(why)
-        self.model_name = choice.served_name
-        self.model_source = choice.source
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            self.port = preflight.choose_port(self.config)
-            self.launch = build_launch(replace(self.config, port=self.port), device=self.device,
-                                       model=choice.model, served_name=choice.served_name,
-                                       load_format=choice.load_format)
-            self.log_path = process.new_log_path(self.config.log_dir, self.port)
-            say(f"starting vLLM on {self.device.upper()}: {' '.join(self.launch.display_command())}")
-            say(f"log: {self.log_path}")
-            launched = time.monotonic()
-            try:
-                self._spawn()
-                self._wait_until_ready(began, launched, say)
-                break
-            except ServerStartError as error:
-                # vLLM binds its port seconds after launch; another program may take a free
-                # port in between. Only a port the helper chose itself is worth choosing again.
-                if error.cause != "port in use" or self.config.port is not None or attempt == PORT_ATTEMPTS:
-                    raise
-                say(f"port {self.port} was taken while vLLM started; trying the next free port")
-                self.process = None
-            except BaseException:
-                # Also on KeyboardInterrupt: an interrupted cell must not leave a server behind.
-                # A server still starting serves nothing and may not heed SIGTERM yet: a short grace.
-                self.stop(timeout=STARTING_GRACE_S)
+        self.model_name = self._choice.served_name
+        self.model_source = self._choice.source
+        self._checks_s = time.monotonic() - checks_began  # counted in startup_seconds, whenever the launch comes
+
+    def launch_on_free_port(self, say: Say) -> None:
+        """Launch vLLM on a free port (none this kernel's other servers hold) and return at once."""
+        choice, self._attempts = self._choice, self._attempts + 1
+        if self._attempts == 1:
+            self._began = time.monotonic() - self._checks_s
+        self.port = preflight.choose_port(self.config, taken=ports_taken())
+        self.launch = build_launch(replace(self.config, port=self.port), device=self.device, model=choice.model,
+                                  served_name=choice.served_name, load_format=choice.load_format)
+        self.log_path = process.new_log_path(self.config.log_dir, self.port)
+        say(f"starting vLLM on {self.device.upper()}: {' '.join(self.launch.display_command())}")
+        say(f"log: {self.log_path}")
+        self._launched, self._seen_lines, self._last_news = time.monotonic(), 0, time.monotonic()
+        self.startup_timeline = []
+        self._spawn()
+
+    def poll_start(self, say: Say) -> bool:
+        """One look at a launched server: says and times the milestones its log shows since the last
+        look; True once it is ready. Raises with the cause (the server stopped) when the start failed;
+        launches again on the next free port when another program took this one first."""
+        try:
+            if not self._answers(say):
+                return False
+        except ServerStartError as error:
+            # vLLM binds its port seconds after launch; another program may take a free
+            # port in between. Only a port the helper chose itself is worth choosing again.
+            if error.cause != "port in use" or self.config.port is not None or self._attempts == PORT_ATTEMPTS:
                 raise
-        self.startup_seconds = time.monotonic() - began
+            say(f"port {self.port} was taken while vLLM started; trying the next free port")
+            self.process = None
+            self.launch_on_free_port(say)
+            return False
+        self.startup_seconds = time.monotonic() - self._began
         self.kv_cache = parse_kv_cache_report(self.log_text(), self._cache_config_labels())
         say(f"ready in {self.startup_seconds:.1f} s: {self.base_url} serves {self.model_name!r}")
-        return self
+        return True
 
     def stop(self, timeout: float = 15.0) -> group.GroupEnd | None:
         """Stop the server and every process it started, and remove its files; safe to call twice.
@@ -190,14 +217,14 @@ class VLLMServer(ServerAccess):
             except subprocess.TimeoutExpired:
                 self._guard.kill()
                 self._guard.wait()
-        _LIVE.discard(self)
+        LIVE.discard(self)
         return ended
 
     def _spawn(self) -> None:
         assert self.launch is not None and self.log_path is not None
         self._temp_dir = process.new_temp_dir(self.port)
         self.process = process.spawn_server(self.launch, self.log_path, self._temp_dir)
-        _LIVE.add(self)
+        LIVE.add(self)
         self._guard = process.start_orphan_guard(self.process.pid, self.log_path, self._temp_dir)
 
     def kernel_libraries(self) -> set[str]:
@@ -212,37 +239,33 @@ class VLLMServer(ServerAccess):
         """Seconds spent in each phase of the last start (imports, engine, weights, ...)."""
         return startup_phases(self.startup_timeline, self.startup_seconds)
 
-    def _wait_until_ready(self, began: float, launched: float, say) -> None:
+    def _answers(self, say: Say) -> bool:
         assert self.process is not None
-        deadline = began + self.config.startup_timeout_s
-        seen_lines, last_news = 0, time.monotonic()
-        self.startup_timeline = []
-        while True:
-            lines = self.log_text().splitlines()
-            for line in lines[seen_lines:]:
-                label = milestone(line)
-                if label:
-                    say(label)
-                    last_news = time.monotonic()
-                    self.startup_timeline.append((last_news - launched, label))
-            seen_lines = len(lines)
-            if self.process.poll() is not None:
-                self._fail(ServerStartError, "exited during start-up")
-            if process.answers_as_ours(self):
-                self.startup_timeline.append((time.monotonic() - launched, "ready"))
-                self._cores = group.core_processes(group.members(self.process.pid), self.process.pid)
-                return
-            if process.port_held_by_another(self):
-                # Another server took the port between our check and vLLM's listen(): ours
-                # would never answer there, so fail now instead of at the timeout.
-                self._fail(ServerStartError, f"lost port {self.port} to another process",
-                           found=diagnose("Address already in use", None))
-            if time.monotonic() > deadline:
-                self._fail(StartupTimeoutError, f"was not ready after {self.config.startup_timeout_s:.0f} s")
-            if time.monotonic() - last_news > 15:
-                say("still starting...")
-                last_news = time.monotonic()
-            time.sleep(0.5)
+        lines = self.log_text().splitlines()
+        for line in lines[self._seen_lines:]:
+            label = milestone(line)
+            if label:
+                say(label)
+                self._last_news = time.monotonic()
+                self.startup_timeline.append((self._last_news - self._launched, label))
+        self._seen_lines = len(lines)
+        if self.process.poll() is not None:
+            self._fail(ServerStartError, "exited during start-up")
+        if process.answers_as_ours(self):
+            self.startup_timeline.append((time.monotonic() - self._launched, "ready"))
+            self._cores = group.core_processes(group.members(self.process.pid), self.process.pid)
+            return True
+        if process.port_held_by_another(self):
+            # Another server took the port between our check and vLLM's listen(): ours
+            # would never answer there, so fail now instead of at the timeout.
+            self._fail(ServerStartError, f"lost port {self.port} to another process",
+                       found=diagnose("Address already in use", None))
+        if time.monotonic() > self._began + self.config.startup_timeout_s:
+            self._fail(StartupTimeoutError, f"was not ready after {self.config.startup_timeout_s:.0f} s")
+        if time.monotonic() - self._last_news > 15:
+            say("still starting...")
+            self._last_news = time.monotonic()
+        return False
 
     def _fail(self, error: type[ServerStartError], what: str, found: Diagnosis | None = None) -> None:
         returncode = self.process.poll() if self.process else None
@@ -269,29 +292,9 @@ def start_server(config: ServerConfig | None = None, *, quiet: bool = False, **s
     return VLLMServer(config, **settings).start(quiet=quiet)
 
 
-def running_servers() -> list[VLLMServer]:
-    """The servers this Python process started and has not stopped; a server that lost one of
-    its processes is ended here (what is left of it cannot serve) and not listed."""
-    whole = []
-    for server in list(_LIVE):
-        if server.is_running():
-            whole.append(server)
-        else:  # every server in _LIVE was spawned; stop() ends what is left of it, if anything
-            server.stop()
-    return whole
-
-
-def stop_all_servers() -> None:
-    """Stop every server this Python process started (also run at interpreter exit)."""
-    for server in list(_LIVE):
-        server.stop()
-
-
-atexit.register(stop_all_servers)
-
-
-def _printer(began: float):
+def progress_printer(began: float, label: str = "") -> Say:
+    """Where a start's progress goes in a notebook: each line after the seconds since ``began`` and a ``label``."""
     def say(text: str) -> None:
-        print(f"[{time.monotonic() - began:6.1f} s] {text}", flush=True)
+        print(f"[{time.monotonic() - began:6.1f} s] {label}{text}", flush=True)
 
     return say
