@@ -71,10 +71,12 @@ def lost_record(i: int) -> RequestRecord:
 class FakeServer:
     def __init__(self, max_num_seqs: int, log: list) -> None:
         self.max_num_seqs, self.log, self.startup_seconds = max_num_seqs, log, 1.0
-        self.process = FakeProcess()
+        self.process, self.started = FakeProcess(), False
 
-    def __enter__(self):
-        self.log.append(("start", self.max_num_seqs))
+    def __enter__(self):  # as VLLMServer: starts it unless it was started (start_together)
+        if not self.started:
+            self.log.append(("start", self.max_num_seqs))
+            self.started = True
         return self
 
     def __exit__(self, *exc):
@@ -95,6 +97,18 @@ def fake_sweep(monkeypatch):
                                    log_tail="", log_path="vllm.log")
         return FakeServer(max_num_seqs, log)
 
+    def server(max_num_seqs, **settings):  # side_by_side's VLLMServer on a CPU: created, started by start_together
+        plan.start_settings.append(settings)
+        return FakeServer(max_num_seqs, log)
+
+    def together(servers, *, labels, quiet):
+        if failed := [s.max_num_seqs for s in servers if s.max_num_seqs in plan.no_start]:
+            raise ServerStartError(f"The vLLM server at {failed[0]} exited during start-up (process killed).",
+                                   cause="process killed", log_tail="", log_path="vllm.log")
+        for s in servers:
+            s.__enter__()
+        return servers
+
     def build(server, *, num_requests, output_tokens, seed):
         if server.max_num_seqs in plan.unreachable:
             raise ConnectionRefusedError(111, "Connection refused")
@@ -112,6 +126,9 @@ def fake_sweep(monkeypatch):
                            f"2026-11-29T08:0{len(log)}:00+00:00", 2.1, records, cpu_cores=2)
 
     monkeypatch.setattr(sweep, "start_server", start)
+    monkeypatch.setattr(side_by_side, "VLLMServer", server)
+    monkeypatch.setattr(side_by_side, "start_together", together)
+    monkeypatch.setattr(side_by_side, "detect_device", lambda: "cpu")
     monkeypatch.setattr(sweep, "build_workload", build)
     monkeypatch.setattr(sweep, "run_load_test", load)
     monkeypatch.setattr(sweep, "other_vllm_servers", lambda: 0)
@@ -144,8 +161,19 @@ def test_side_by_side_goes_on_with_the_other_setting_when_one_server_dies(fake_s
     assert fake_sweep.log[-2:] == [("stop", 64), ("stop", 8)]
 
 
-def test_side_by_side_falls_back_to_one_after_the_other_when_the_second_server_does_not_fit(fake_sweep, tmp_path,
-                                                                                             capsys):
+def test_on_a_cpu_side_by_side_falls_back_to_one_after_the_other_when_the_servers_cannot_start_together(
+        fake_sweep, tmp_path, capsys):
+    fake_sweep.no_start = {64}
+    result = asyncio.run(run_side_by_side((8, 64), SweepPlan(2, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
+    assert fake_sweep.log == [("start", 8), ("run", 8, 0), ("run", 8, 1), ("stop", 8)]  # run_sweep's own starts
+    assert "did not start together (process killed): measuring the settings one after" in capsys.readouterr().out
+    assert [(p.max_num_seqs, p.run) for p in result.not_run] == [(64, 1), (64, 2)]
+    assert all("side_by_side" not in run.settings for run in result.runs)
+
+
+def test_on_a_gpu_side_by_side_falls_back_to_one_after_the_other_when_the_second_server_does_not_fit(
+        fake_sweep, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(side_by_side, "detect_device", lambda: "cuda")
     fake_sweep.no_start = {64}
     result = asyncio.run(run_side_by_side((8, 64), SweepPlan(2, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
     assert fake_sweep.log == [("start", 8), ("stop", 8), ("start", 8), ("run", 8, 0), ("run", 8, 1), ("stop", 8)]
@@ -154,7 +182,8 @@ def test_side_by_side_falls_back_to_one_after_the_other_when_the_second_server_d
     assert all("side_by_side" not in run.settings for run in result.runs)
 
 
-def test_side_by_side_runs_nothing_when_the_first_server_does_not_start(fake_sweep, tmp_path):
+def test_on_a_gpu_side_by_side_runs_nothing_when_the_first_server_does_not_start(fake_sweep, tmp_path, monkeypatch):
+    monkeypatch.setattr(side_by_side, "detect_device", lambda: "cuda")
     fake_sweep.no_start = {8}
     result = asyncio.run(run_side_by_side((8, 64), SweepPlan(2, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
     assert fake_sweep.log == [] and not result.runs

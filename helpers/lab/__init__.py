@@ -2,7 +2,7 @@
 
 - ``sweep``: I/O; for each setting start a server, run the load test N times, save the runs
   (the lab's cells and ``scripts/lab_sweep.py``).
-- ``side_by_side``: I/O; on a GPU the lab's two servers up at once, the settings taking turns.
+- ``side_by_side``: I/O; the lab's two servers up at once (started together on a CPU), the settings taking turns.
 - ``results``: I/O; run files saved as JSON and loaded back, the committed reference runs.
 - ``table``: pure; runs grouped by setting, pooled into typed rows, written as Markdown tables.
 - ``plots``: drawing; latency CDFs, throughput bars, the per-request timeline, the sweep.

@@ -1,14 +1,22 @@
-"""The lab's two settings measured side by side on a GPU: both servers up at once, the settings taking turns.
+"""The lab's two settings measured side by side: both servers up at once, the settings taking turns.
 
-On a GPU the lab measures its two settings side by side (:func:`run_side_by_side`): both servers
-up at once, each with a KV pool the lab fits in, and the settings taking turns, the order flipped
-every repetition. A small model's step there is mostly the host CPU's work, and one setting's
-runs after the other's, on servers started minutes apart, let a slow spell of the host land on
-one setting: on the H200 (SmolLM2, 2026-12-04) lab 1's five 8-slot runs came in two groups,
-2,297-2,386 and 3,271-3,375 output tok/s, and its 64/8 ratio read 4.94x, where 8 alternating
-pairs on two servers up at once measured 3.87x (pairs 3.43-4.68x) and notebook 04 predicted 4.04x
-(``scripts/bench_lab_pairs.py``, ``results/gpu/README.md``). On a CPU two servers would share its
-two cores, so the lab keeps :func:`helpers.lab.sweep.run_sweep` there.
+The lab measures its two settings side by side (:func:`run_side_by_side`): both servers up at
+once, each with a KV pool the lab fits in, and the settings taking turns, the order flipped every
+repetition, so that a slow spell of the machine lands on both. On a GPU a small model's step is
+mostly the host CPU's work, and one setting's runs after the other's, on servers started minutes
+apart, let a slow spell land on one setting: on the H200 (SmolLM2, 2026-12-04) lab 1's five
+8-slot runs came in two groups, 2,297-2,386 and 3,271-3,375 output tok/s, and its 64/8 ratio read
+4.94x, where 8 alternating pairs on two servers up at once measured 3.87x (pairs 3.43-4.68x) and
+notebook 04 predicted 4.04x (``scripts/bench_lab_pairs.py``, ``results/gpu/README.md``).
+
+On a CPU the two servers start together (:func:`helpers.serve.together.start_together`): on the
+2-core EPYC (AVX-512 BF16, 2026-12-04) both were ready in 23.3 s against 39.7 s one after the other
+(``scripts/bench_start_together.py``, ``results/cpu/start_together-2026-12-04.json``). While one
+setting runs the other's server is idle (about 0.02 of a core). The script's six loads of the
+8-slot server alone and six beside the idle one had medians of 127.0 and 128.2 output tok/s (loads
+spread 119-135); two earlier checks the same evening read 3.5% and 7% slower beside it. Both
+settings run beside the other's idle server, so the ratio sees any such cost on both sides.
+Where the memory does not hold both, the settings run one after the other (:func:`helpers.lab.sweep.run_sweep`).
 
 Each load test is :func:`helpers.lab.sweep.run_one_load`, the same as :func:`helpers.lab.sweep.run_sweep`'s:
 warmed first on a GPU, saved with its records, a server's death marking its setting's later tests not run.
@@ -42,6 +50,8 @@ from helpers.lab.sweep import (
 )
 from helpers.load.workload import LAB_PROMPT_LENS
 from helpers.serve.config import GPU_SHARE
+from helpers.serve.server import VLLMServer
+from helpers.serve.together import start_together
 
 CHAT_TEMPLATE_TOKENS = 40  # what a chat template adds around a prompt (about 30 on SmolLM2), with room
 
@@ -58,7 +68,10 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
     (notebook 06's replicas' rule, ``helpers.serve.config.GPU_SHARE``): vLLM checks at start-up that
     its utilization's share of the GPU is free, whatever KV pool it is given.
 
-    Where the first server starts and a later one does not (two copies of a large model on a
+    On a CPU the servers start together (:func:`helpers.serve.together.start_together`); where they
+    cannot (not enough memory for all of them), the settings are measured one after the other
+    (:func:`helpers.lab.sweep.run_sweep`), with a line that says why. On a GPU they start one after
+    the other; where the first starts and a later one does not (two copies of a large model on a
     smaller GPU), the started servers stop and the settings are measured one after the other
     (:func:`helpers.lab.sweep.run_sweep`), with a line that says why. Where the first does not
     start, every load test is marked not run. A server that dies during the load tests has its
@@ -75,25 +88,10 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
     if detect_device() == "cuda":  # vLLM refuses a start unless its utilization's share of the GPU is free
         memory["gpu_memory_utilization"] = round(GPU_SHARE / len(settings), 2)
     with ExitStack() as stack:
-        servers = {}
-        for max_num_seqs in settings:
-            try:
-                servers[max_num_seqs] = stack.enter_context(start_with_retries(max_num_seqs, attempts, quiet,
-                                                                               **memory))
-            except START_ERRORS as error:
-                why = start_failure(error)
-                if servers:
-                    print(f"The server at max_num_seqs={max_num_seqs} did not start beside the others ({why}): "
-                          "measuring the settings one after the other instead.", flush=True)
-                    break
-                for setting in settings:
-                    mark_not_run(result, setting, 0, f"server at max_num_seqs={max_num_seqs} did not start: {why}",
-                                 out, started_at)
-                print(result.describe_not_run(), flush=True)
-                return result
-            if quiet:
-                print(f"max_num_seqs={max_num_seqs}: server ready in {servers[max_num_seqs].startup_seconds:.0f} s "
-                      f"(KV pool {gib:g} GiB)", flush=True)
+        servers = (_start_together_on_a_cpu(settings, memory, quiet, stack) if detect_device() == "cpu" else
+                   _start_one_by_one(settings, attempts, quiet, memory, stack, result, out, started_at))
+        if servers is None:  # the first server did not start: every load test is marked not run
+            return result
         if len(servers) == len(settings):
             await _take_turns(servers, result, fit, others, out, quiet, started_at)
     if len(servers) < len(settings):  # leaving the with-block stopped the servers that did start
@@ -101,6 +99,51 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
     if result.not_run:
         print(result.describe_not_run() + f"\n(saved in {result.not_run_file})", flush=True)
     return result
+
+
+def _start_together_on_a_cpu(settings: Sequence[int], memory: dict[str, Any], quiet: bool,
+                             stack: ExitStack) -> dict[int, Any]:
+    """Every setting's server, started at once (:func:`helpers.serve.together.start_together`: on a CPU a start is
+    mostly one process importing vLLM on one core, so two starts launched together take little longer than one);
+    none (an empty dict) where they cannot all start together, with a line that says why."""
+    servers = [VLLMServer(max_num_seqs=n, **memory) for n in settings]
+    try:
+        start_together(servers, labels=[f"max_num_seqs={n}" for n in settings], quiet=quiet)
+    except START_ERRORS as error:
+        print(f"The servers did not start together ({start_failure(error)}): "
+              "measuring the settings one after the other instead.", flush=True)
+        return {}
+    for server in servers:
+        stack.enter_context(server)  # stopped when the caller's with-block ends
+    if quiet:
+        print(", ".join(f"max_num_seqs={n}: server ready in {s.startup_seconds:.0f} s" for n, s in zip(settings, servers))
+              + f" (started together; KV pool {memory['kv_cache_space_gib']:g} GiB each)", flush=True)
+    return dict(zip(settings, servers))
+
+
+def _start_one_by_one(settings: Sequence[int], attempts: int, quiet: bool, memory: dict[str, Any], stack: ExitStack,
+                      result: SweepResult, out: Path | str, started_at: str) -> dict[int, Any] | None:
+    """Every setting's server, one after the other (a GPU); those that started before one that did not (the caller
+    then measures one after the other), or None where the first did not (every load test marked not run)."""
+    servers: dict[int, Any] = {}
+    for max_num_seqs in settings:
+        try:
+            servers[max_num_seqs] = stack.enter_context(start_with_retries(max_num_seqs, attempts, quiet, **memory))
+        except START_ERRORS as error:
+            why = start_failure(error)
+            if servers:
+                print(f"The server at max_num_seqs={max_num_seqs} did not start beside the others ({why}): "
+                      "measuring the settings one after the other instead.", flush=True)
+                return servers
+            for setting in settings:
+                mark_not_run(result, setting, 0, f"server at max_num_seqs={max_num_seqs} did not start: {why}",
+                             out, started_at)
+            print(result.describe_not_run(), flush=True)
+            return None
+        if quiet:
+            print(f"max_num_seqs={max_num_seqs}: server ready in {servers[max_num_seqs].startup_seconds:.0f} s "
+                  f"(KV pool {memory['kv_cache_space_gib']:g} GiB)", flush=True)
+    return servers
 
 
 async def _take_turns(servers: dict[int, Any], result: SweepResult, fit: Fit | None, others: int, out: Path | str,
@@ -121,7 +164,8 @@ async def _take_turns(servers: dict[int, Any], result: SweepResult, fit: Fit | N
 def lab_kv_gib(plan: SweepPlan, bytes_per_token: int | None = None) -> float:
     """A KV pool (GiB) for one server of :func:`run_side_by_side`: the plan's requests at their longest
     (the lab's longest prompt, a chat template's tokens, every output token), times 1.5, at
-    ``bytes_per_token`` (default: the served model's, ``helpers.serve.model.resolve_model``; 4 GiB
+    ``bytes_per_token`` (default: the served model's, ``helpers.serve.model.resolve_model``, in the
+    dtype this machine serves it: float32 on a CPU without bfloat16 arithmetic doubles it; 4 GiB
     where its config cannot be read), and at least 0.25 GiB.
 
     >>> lab_kv_gib(SweepPlan(5, 50, 256), bytes_per_token=23_040)  # SmolLM2: 50 x 808 tokens x 22.5 KiB x 1.5
@@ -134,8 +178,18 @@ def lab_kv_gib(plan: SweepPlan, bytes_per_token: int | None = None) -> float:
         from helpers.serve.model import resolve_model
 
         try:
-            bytes_per_token = kv_bytes_per_token(load_config(resolve_model().model))
+            bytes_per_token = kv_bytes_per_token(load_config(resolve_model().model), dtype_bytes=_served_bytes())
         except (OSError, ValueError, KeyError, CourseError):
             return 4.0
     tokens = plan.num_requests * (max(LAB_PROMPT_LENS) + CHAT_TEMPLATE_TOKENS + plan.output_tokens)
     return round(max(0.25, 1.5 * tokens * bytes_per_token / 2**30), 2)
+
+
+def _served_bytes() -> int | None:
+    """4 where this machine serves float32 (a CPU without bfloat16 arithmetic), else None (the model's own dtype)."""
+    if detect_device() != "cpu":
+        return None
+    from helpers.hardware import detect_cpu
+    from helpers.serve.config import cpu_dtype
+
+    return 4 if cpu_dtype(detect_cpu())[0] == "float32" else None

@@ -5,7 +5,7 @@ I/O: it starts vLLM servers, sends load, writes one run file each (:func:`helper
 ``scripts/lab_sweep.py`` (1 ... 64, the committed reference runs) share. Each repetition gets
 fresh prompts (``seed`` = the repetition), since vLLM's prefix cache would skip a repeated
 prompt's prefill. :func:`check_sweep` refuses impossible plans before any server starts.
-Taught in ``labs/01_concurrency_lab.ipynb``. On a GPU the lab measures its two settings side by side
+Taught in ``labs/01_concurrency_lab.ipynb``. The lab measures its two settings side by side
 (``helpers.lab.side_by_side``), with the pieces of one load test here (:func:`run_one_load` and others).
 
 A server that dies does not end the sweep with a traceback: the run it cut short is saved with

@@ -1,8 +1,9 @@
 """N copies of the course's vLLM server on one machine, started and stopped together: a router's replicas.
 
 :func:`start_replicas` starts ``n`` servers with the same settings through
-:func:`helpers.serve.server.start_server`, one after the other (each takes the next free port
-from 8000, so two starts never race for one), each on 127.0.0.1: the router is what clients
+:func:`helpers.serve.together.start_together`: at once on a CPU (a start there is mostly one
+process importing vLLM on one core), one after the other on a GPU; each takes the next free port
+from 8000 that none of this kernel's servers holds, each on 127.0.0.1: the router is what clients
 reach. Before the first start it checks that the machine can hold them all:
 
 - memory: each CPU server needs its KV cache plus about 2.5 GiB for itself
@@ -34,6 +35,7 @@ from helpers.errors import ConfigError, NotEnoughMemoryError
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, GPU_SHARE, LOOPBACK, ServerConfig
 from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device
 from helpers.serve.server import VLLMServer
+from helpers.serve.together import start_together
 
 
 @dataclass
@@ -139,24 +141,18 @@ def replica_configs(n: int, config: ServerConfig) -> list[ServerConfig]:
 
 
 def start_replicas(n: int, config: ServerConfig | None = None, *, quiet: bool = False, **settings: Any) -> ReplicaSet:
-    """Start ``n`` servers with the same settings (those of ``start_server``), one after the other."""
+    """Start ``n`` servers with the same settings (those of ``start_server``): together on a CPU, one after the
+    other on a GPU (:func:`helpers.serve.together.start_together`); a failed or interrupted start leaves none running."""
     known = [f.name for f in fields(ServerConfig)]
     if unknown := sorted(set(settings) - set(known)):
         raise ConfigError(f"{', '.join(unknown)} is not a server setting; the settings are {', '.join(known)}.")
     configs = replica_configs(n, replace(config or ServerConfig(), **settings))
-    replicas = ReplicaSet()
-    try:
-        for index, each in enumerate(configs):
-            server = VLLMServer(each)
-            replicas.servers.append(server)
-            if not quiet:
-                print(f"starting replica {index + 1}/{n} (30-60 s on a 2-core CPU)...", flush=True)
-            server.start(quiet=True)
-            if not quiet:
-                cores = f", cores {each.cpu_cores}" if each.cpu_cores else ""
-                print(f"replica {index + 1}/{n} ready in {server.startup_seconds:.1f} s on {server.url}{cores}",
-                      flush=True)
-    except BaseException:  # a failed or interrupted start leaves none of them running
-        replicas.stop()
-        raise
+    replicas = ReplicaSet([VLLMServer(each) for each in configs])
+    if not quiet:
+        print(f"starting {n} replicas together (30-60 s on a 2-core CPU)...", flush=True)
+    start_together(replicas.servers, labels=[f"replica {i + 1}/{n}" for i in range(n)], quiet=True)
+    if not quiet:
+        for index, (server, each) in enumerate(zip(replicas, configs)):
+            cores = f", cores {each.cpu_cores}" if each.cpu_cores else ""
+            print(f"replica {index + 1}/{n} ready in {server.startup_seconds:.1f} s on {server.url}{cores}", flush=True)
     return replicas
