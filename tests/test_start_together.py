@@ -74,3 +74,13 @@ def test_an_interrupted_start_together_leaves_no_server_behind(monkeypatch):
     assert all(s.process is not None for s in servers)  # both had launched
     assert not any(s.is_running() for s in servers)
     assert not any(s in live.LIVE for s in servers)
+
+
+@pytest.mark.server
+def test_a_second_start_is_refused_and_leaves_the_running_server_running():
+    server = VLLMServer(max_num_seqs=2, **QUICK_START)
+    with server:
+        for again in (server.start, lambda: start_together([server], quiet=True)):
+            with pytest.raises(RuntimeError, match="already started"):
+                again()
+            assert server.is_running()

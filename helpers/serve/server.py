@@ -131,6 +131,7 @@ class VLLMServer(ServerAccess):
     # ----- lifecycle ---------------------------------------------------------------------
     def start(self, *, quiet: bool = False) -> VLLMServer:
         """Launch the server and block until it is ready; raise with the cause if it is not."""
+        self.check_not_started()
         say = (lambda text: None) if quiet else progress_printer(time.monotonic())
         try:
             self.check_before_launch(say)
@@ -138,17 +139,13 @@ class VLLMServer(ServerAccess):
             while not self.poll_start(say):
                 time.sleep(POLL_S)
         except BaseException:
-            # Also on KeyboardInterrupt: an interrupted cell must not leave a server behind.
-            # A server still starting serves nothing and may not heed SIGTERM yet: a short grace.
+            # Also on KeyboardInterrupt. A server still starting may not heed SIGTERM yet: a short grace.
             self.stop(timeout=STARTING_GRACE_S)
             raise
         return self
 
     def check_before_launch(self, say: Say, starting_with_gib: float = 0.0) -> None:
-        """The checks before anything launches: device, options, memory (beside ``starting_with_gib``
-        for servers launched together with this one), model, and the dtype this device computes well."""
-        if self.process is not None:
-            raise RuntimeError("This server was already started; create a new VLLMServer to start another.")
+        """The checks before launch: device, options, memory (beside ``starting_with_gib`` starting with it), model, dtype."""
         checks_began = time.monotonic()
         self.device = preflight.choose_device(self.config)
         preflight.check_device_options(self.config, self.device)
@@ -178,9 +175,8 @@ class VLLMServer(ServerAccess):
         self._spawn()
 
     def poll_start(self, say: Say) -> bool:
-        """One look at a launched server: says and times the milestones its log shows since the last
-        look; True once it is ready. Raises with the cause (the server stopped) when the start failed;
-        launches again on the next free port when another program took this one first."""
+        """One look at a launched server: its new milestones said and timed; True once ready. Raises with the cause
+        when the start failed (the server is stopped); launches again elsewhere when another program took its port."""
         try:
             if not self._answers(say):
                 return False
@@ -238,6 +234,10 @@ class VLLMServer(ServerAccess):
     def startup_phases(self) -> dict[str, float]:
         """Seconds spent in each phase of the last start (imports, engine, weights, ...)."""
         return startup_phases(self.startup_timeline, self.startup_seconds)
+
+    def check_not_started(self) -> None:
+        if self.process is not None:  # checked before a start's clean-up, which would stop what is running
+            raise RuntimeError("This server was already started; create a new VLLMServer to start another.")
 
     def _answers(self, say: Say) -> bool:
         assert self.process is not None

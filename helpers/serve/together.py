@@ -35,6 +35,8 @@ def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | Non
     labels = list(labels) if labels is not None else [f"server {i + 1}" for i in range(len(servers))]
     if len(labels) != len(servers):
         raise ValueError(f"one label per server: got {len(labels)} labels for {len(servers)} servers.")
+    for server in servers:  # before the try: a server already running must not be stopped by this refusal
+        server.check_not_started()
     began = time.monotonic()
     says = [(lambda text: None) if quiet else progress_printer(began, f"{label}: ") for label in labels]
     try:
