@@ -19,7 +19,9 @@ numbers in seconds each start, and no exercise asks how long a start took (on 20
 lab 1's p95 end-to-end latency of 20.9998 s, and failed a CI run by chance).
 An exercise may ask for more digits (``expect(..., digits=4)``): a ratio of two measured numbers, which no cell
 prints, can still equal one of the hundreds of three-digit numbers a measured run prints (on 2026-12-02 an offered
-rate of "1.85" req/s "showed" lab 2's TPOT ratio of 1.853, and failed a CI run by chance).
+rate of "1.85" req/s "showed" lab 2's TPOT ratio of 1.853, and failed a CI run by chance; on 2026-12-04 a TPOT p95 of
+"1.48" s "showed" lab 1's speed-up of 1.478). A number written as a ratio ("1.48x", "1.48×", "1.48 times"), the way
+the course would leak one, still counts with three.
 
 Example::
 
@@ -46,6 +48,7 @@ NUMBER = re.compile(r"(?<![\w.])(?<!\w-)-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?
 PROGRESS_LINE = re.compile(r"^\[\s*\d+\.\d s\] [^\n]*", re.M)
 TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
 SIGNIFICANT_DIGITS = 3  # the fewest a shown number needs to count as showing an answer
+WRITTEN_AS_RATIO = re.compile(r"\s?(?:x|×|times)(?!\w)")  # right after a number: "1.48x", "1.48 ×", "1.48 times"
 
 _shown: list[tuple[int, str]] = []  # (cell, text) of everything cells showed, in order
 _cells = [0]  # cells run since install, 0 before (not IPython's count: nbval runs cells outside the history)
@@ -111,6 +114,8 @@ def shown_as(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> str 
 
     >>> shown_as(1.853, "max_num_seqs=8, 1.85 req/s"), shown_as(1.853, "max_num_seqs=8, 1.85 req/s", digits=4)
     ('1.85', None)
+    >>> shown_as(1.853, "the larger batch ran 1.85x as fast", digits=4)
+    '1.85'
     """
     match = _showing(answer, text, digits)
     return None if match is None else match.group()
@@ -119,10 +124,12 @@ def shown_as(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> str 
 def _showing(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> re.Match[str] | None:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
         return None
-    for match in NUMBER.finditer(PROGRESS_LINE.sub(lambda line: " " * len(line.group()), text)):
+    text = PROGRESS_LINE.sub(lambda line: " " * len(line.group()), text)
+    for match in NUMBER.finditer(text):
         token = match.group()
         written = token.rstrip("%").replace(",", "").lstrip("-")
-        if len(written.replace(".", "").lstrip("0")) < digits:
+        as_ratio = WRITTEN_AS_RATIO.match(text, match.end()) is not None
+        if len(written.replace(".", "").lstrip("0")) < (min(digits, SIGNIFICANT_DIGITS) if as_ratio else digits):
             continue
         value = float(written) * (-1 if token.startswith("-") else 1)
         half_unit = 0.5 * 10 ** -(len(written.split(".")[1]) if "." in written else 0)

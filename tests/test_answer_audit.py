@@ -88,6 +88,9 @@ def test_a_number_shows_the_answer_when_it_rounds_to_it_with_three_digits_or_mor
 
 @pytest.mark.parametrize(("answer", "text", "token"), [
     (1.85317, "max_num_seqs=8, 1.85 req/s", None), (1.85317, "TPOT ratio 1.853", "1.853"), (0.36918, "0.3692x", "0.3692"),
+    (1.47832, "| your client | 8 | 103 | 1.46 | 1.48 | 2.46 |", None),
+    (1.47832, "64 slots: 1.48x the throughput", "1.48"), (1.47832, "1.48 × as fast", "1.48"), (1.47832, "1.48 times", "1.48"),
+    (1.47832, "1.48 tok/s", None), (1.47832, "1.48 xfers", None),
 ])
 def test_an_exercise_that_asks_for_four_digits_is_not_shown_by_a_three_digit_number(answer, text, token):
     assert shown_as(answer, text, digits=4) == token

@@ -225,6 +225,23 @@ def test_grades_recompute_from_the_raw_records():
     assert grade_speedup(1.0, records, records)
 
 
+@pytest.mark.parametrize(("shown_above", "leaks"), [
+    ("| your client | 8 | 103 | 1.46 | 1.48 | 2.46 |", False),  # a TPOT p95 in s, equal by chance (CI, 2026-12-04)
+    ("64 slots gave 1.48x the throughput", True), ("speed-up 1.478", True),
+])
+def test_a_ratio_question_counts_as_shown_only_when_the_ratio_is(monkeypatch, shown_above, leaks):
+    from helpers import answer_audit
+
+    monkeypatch.setattr(answer_audit, "_cells", [5])  # the audit on, in cell 5, with cell 2 showing the text
+    monkeypatch.setattr(answer_audit, "_shown", [(2, shown_above)])
+    records, slower = make_run().records, make_run(scale=1.478).records  # a speed-up of 1.478
+    if leaks:
+        with pytest.raises(answer_audit.AnswerShownAbove, match="speed-up"):
+            grade_speedup(1.478, slower, records)
+    else:
+        assert grade_speedup(1.478, slower, records)
+
+
 def test_the_guided_questions_are_graded_against_hand_computed_values():
     # make_run: 4 successful requests sent at 0, generating over [1, 5), [2, 6), [3, 7), [4, 8);
     # 46 prompt and 64 output tokens each; a scale of 2 doubles every time.

@@ -22,23 +22,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from helpers.answer_audit import SIGNIFICANT_DIGITS
 from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
 from helpers.lab.findings import ratio
 from helpers.load.summary import percentile, summarize
 from helpers.paged.kv_math import blocks_for
 
 REL_TOL = 0.02  # answers within 2% count: learners round
+# A ratio of two measured numbers, which no cell prints: one of the run's hundreds of 3-digit numbers can equal it
+# by chance (on 2026-12-04 a TPOT p95 of 1.48 s "showed" a speed-up of 1.478 and failed CI), so the answer audit
+# wants 4 digits of a plain number for these, or 3 of one written as a ratio (helpers.answer_audit).
+RATIO_AUDIT_DIGITS = 4
 
 
-def grade_answer(answer: Any, expected: float | None, what: str, rel_tol: float = REL_TOL, hint: str = "") -> Feedback:
-    """A learner's number against ``expected`` (None: the run had nothing to compute it from).
+def grade_answer(answer: Any, expected: float | None, what: str, rel_tol: float = REL_TOL, hint: str = "",
+                 audit_digits: int = SIGNIFICANT_DIGITS) -> Feedback:
+    """A learner's number against ``expected`` (None: the run had nothing to compute it from); ``audit_digits``
+    as in :func:`helpers.feedback.grade_number`.
 
     >>> grade_answer(1.0, None, "p50").message
     'p50: there is nothing to check against (no successful requests in this run).'
     """
     if expected is None and answer is not None:
         return Feedback(False, f"{what}: there is nothing to check against (no successful requests in this run).")
-    return grade_number(answer, 0.0 if expected is None else float(expected), name=what, rel_tol=rel_tol, hint=hint)
+    return grade_number(answer, 0.0 if expected is None else float(expected), name=what, rel_tol=rel_tol, hint=hint,
+                        audit_digits=audit_digits)
 
 
 def grade_e2e_percentile(answer: Any, records: Sequence[Any], q: float) -> Feedback:
@@ -79,8 +87,8 @@ def grade_prefill_ratio(answer: Any, records: Sequence[Any]) -> Feedback:
     """Prompt tokens over output tokens of the successful requests (prefill work against decode work)."""
     summary = summarize(records)
     return grade_answer(answer, ratio(summary.prompt_tokens_total, summary.output_tokens_total),
-                        "prompt tokens / output tokens",
-                        hint="sum prompt_tokens and output_tokens of successful requests")
+                        "prompt tokens / output tokens", hint="sum prompt_tokens and output_tokens of successful requests",
+                        audit_digits=RATIO_AUDIT_DIGITS)
 
 
 def kv_blocks_needed(records: Sequence[Any], block_size: int) -> int:
@@ -114,7 +122,7 @@ def _grade_high_over_low(answer: Any, low_records: Sequence[Any], high_records: 
                          what: str, hint: str) -> Feedback:
     """A summary field of the high setting's run over the same field of the low setting's."""
     expected = ratio(getattr(summarize(high_records), field), getattr(summarize(low_records), field))
-    return grade_answer(answer, expected, what, hint=hint)
+    return grade_answer(answer, expected, what, hint=hint, audit_digits=RATIO_AUDIT_DIGITS)
 
 
 # ----- what the lab's cells call: grade and print, never raise -------------------------------------
