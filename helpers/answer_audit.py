@@ -6,7 +6,12 @@ are audited). On, :func:`install` records every text a cell shows (its prints, i
 Markdown, HTML or a table, its result) with the cell's place in the run, and :func:`expect`, which every
 grader calls with the answer it expects, raises :class:`AnswerShownAbove` when an earlier cell showed that
 number. "Earlier" leaves out the grading cell and the cell just before it (the learner's answer cell, which
-may compute and print the answer once the learner has written it).
+may compute and print the answer once the learner has written it), and every cell that ran before the measurement
+the answer is computed from: a load test's records remember the cell that made them (:func:`note_made`, which
+:func:`helpers.load.run.run_load_test` calls), and a grader that passes them (``expect(..., since=made_in(records))``)
+is audited from that cell on. A number printed before the run existed cannot show what the run measured; it can only
+equal it by chance (lab 1's client check and generate() loop print dozens of latencies and rates of their own runs
+before the lab's experiment).
 
 What counts as "that number": a number shown with at least three significant digits that rounds to the answer
 at the precision it was shown (``33.5`` shows 33.47; ``45.2%`` shows 0.4523). Shorter numbers are left out: they
@@ -37,6 +42,8 @@ import math
 import os
 import re
 import sys
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from helpers.errors import CourseError
@@ -52,6 +59,7 @@ WRITTEN_AS_RATIO = re.compile(r"\s?(?:x|×|times)(?!\w)")  # right after a numbe
 
 _shown: list[tuple[int, str]] = []  # (cell, text) of everything cells showed, in order
 _cells = [0]  # cells run since install, 0 before (not IPython's count: nbval runs cells outside the history)
+_made: dict[int, tuple[weakref.ref, int]] = {}  # id(record) -> (the record, the cell that made it): note_made
 
 
 class AnswerShownAbove(CourseError, AssertionError):
@@ -94,12 +102,12 @@ def install() -> None:
     shell.displayhook.write_format_data = write_result_and_record
 
 
-def expect(name: str, *answers: float, digits: int = SIGNIFICANT_DIGITS) -> None:
+def expect(name: str, *answers: float, digits: int = SIGNIFICANT_DIGITS, since: int = 0) -> None:
     """Raise :class:`AnswerShownAbove` if a cell above the exercise ``name`` showed one of its ``answers``
-    with at least ``digits`` significant digits."""
+    with at least ``digits`` significant digits; ``since``: the first cell that counts (:func:`made_in`)."""
     if not _cells[0]:  # not installed: not auditing
         return
-    earlier = "".join(text for cell, text in _shown if cell < _cells[0] - 1)
+    earlier = "".join(text for cell, text in _shown if since <= cell < _cells[0] - 1)
     for answer in answers:
         match = _showing(answer, earlier, digits)
         if match is not None:
@@ -107,6 +115,32 @@ def expect(name: str, *answers: float, digits: int = SIGNIFICANT_DIGITS) -> None
             raise AnswerShownAbove(f"exercise {name!r}: its answer {answer:g} is shown above the exercise, as "
                                    f"{match.group()!r} in: ...{context}... Move that output below the check, or ask "
                                    "for a prediction before it.")
+
+
+def note_made(records: Iterable[Any]) -> None:
+    """Remember that the current cell made ``records`` (objects a grader will compute an answer from)."""
+    if not _cells[0]:
+        return
+    for record in records:
+        key = id(record)
+        _made[key] = (weakref.ref(record, lambda ref, key=key: _forget(key, ref)), _cells[0])
+
+
+def made_in(records: Iterable[Any]) -> int:
+    """The first cell that made any of ``records`` (:func:`note_made`); 0, every cell, where one is not known
+    (records loaded from a file, or made while not auditing)."""
+    cells = []
+    for record in records:
+        ref, cell = _made.get(id(record), (None, 0))
+        if ref is None or ref() is not record:
+            return 0
+        cells.append(cell)
+    return min(cells, default=0)
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    if _made.get(key, (None,))[0] is ref:  # not a newer object that has since taken the same id
+        del _made[key]
 
 
 def shown_as(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> str | None:

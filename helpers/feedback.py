@@ -74,10 +74,12 @@ def show(feedback: Feedback) -> None:
 
 
 def grade_number(answer: object, expected: float, *, name: str, rel_tol: float = 0.0,
-                 abs_tol: float = 0.0, hint: str = "", audit_digits: int = answer_audit.SIGNIFICANT_DIGITS) -> Feedback:
+                 abs_tol: float = 0.0, hint: str = "", audit_digits: int = answer_audit.SIGNIFICANT_DIGITS,
+                 audit_since: int = 0) -> Feedback:
     """A numeric answer against the expected value, within ``rel_tol`` / ``abs_tol``; ``audit_digits``: how many
-    significant digits a number shown above needs to count as showing the answer (:mod:`helpers.answer_audit`)."""
-    answer_audit.expect(name, expected, digits=audit_digits)
+    significant digits a number shown above needs to count as showing the answer, ``audit_since``: the first cell
+    that could show it (:mod:`helpers.answer_audit`)."""
+    answer_audit.expect(name, expected, digits=audit_digits, since=audit_since)
     if answer is None:
         return Feedback(None, f"{name}: not answered yet (set `answer` above and run the cell again).")
     if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(float(answer)):

@@ -69,6 +69,40 @@ def test_nbval_runs_fail_the_same_way(tmp_path):
         assert ("AnswerShownAbove" in run.stdout) == (code == 1)
 
 
+RECORDS = ("from helpers import answer_audit\nfrom helpers.load.client import RequestRecord\n"
+           "records = [RequestRecord(i, ok=True, e2e_s=e2e) for i, e2e in enumerate((30.0, 33.47, 36.0))]\n"
+           "answer_audit.note_made(records)  # as run_load_test does")
+CHECK_RECORDS = "from helpers.lab.checks import check_e2e_percentile\ncheck_e2e_percentile(answer, records, 50)"
+SHOW_ANOTHER_RUN = "print('an earlier run: p50 33.5 s')"
+
+
+def test_a_number_shown_before_the_measurement_existed_is_not_its_answer():
+    nb = notebook(SETUP, SHOW_ANOTHER_RUN, RECORDS, ANSWER, CHECK_RECORDS)
+    execute(nb)
+    assert "not answered yet" in nb.cells[4].outputs[0]["text"]
+    with pytest.raises(CellExecutionError, match=r"AnswerShownAbove.*p50 end-to-end latency.*'33.5'"):
+        execute(notebook(SETUP, RECORDS, SHOW_ANOTHER_RUN, ANSWER, CHECK_RECORDS))
+    with pytest.raises(CellExecutionError, match=r"AnswerShownAbove"):  # the measuring cell itself counts
+        execute(notebook(SETUP, RECORDS + "\n" + SHOW_ANOTHER_RUN, ANSWER, CHECK_RECORDS))
+
+
+def test_records_the_audit_did_not_see_made_are_audited_against_every_cell(monkeypatch):
+    import gc
+
+    from helpers import answer_audit
+    from helpers.load.client import RequestRecord
+
+    monkeypatch.setattr(answer_audit, "_cells", [7])
+    monkeypatch.setattr(answer_audit, "_made", {})
+    made, loaded = [RequestRecord(0), RequestRecord(1)], [RequestRecord(2)]
+    answer_audit.note_made(made)
+    assert answer_audit.made_in(made) == 7 and answer_audit.made_in(loaded) == 0
+    assert answer_audit.made_in([*made, *loaded]) == 0
+    del made
+    gc.collect()
+    assert answer_audit._made == {}  # forgotten with the records, so a new object with the same id is not taken for them
+
+
 def test_off_outside_the_audit(monkeypatch):
     monkeypatch.setenv(AUDIT_ENV, "0")
     execute(notebook(SETUP, SHOW, ANSWER, CHECK))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from helpers.answer_audit import SIGNIFICANT_DIGITS
+from helpers.answer_audit import SIGNIFICANT_DIGITS, made_in
 from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
 from helpers.lab.findings import ratio
 from helpers.load.summary import percentile, summarize
@@ -36,9 +36,10 @@ RATIO_AUDIT_DIGITS = 4
 
 
 def grade_answer(answer: Any, expected: float | None, what: str, rel_tol: float = REL_TOL, hint: str = "",
-                 audit_digits: int = SIGNIFICANT_DIGITS) -> Feedback:
+                 audit_digits: int = SIGNIFICANT_DIGITS, made_from: Sequence[Any] = ()) -> Feedback:
     """A learner's number against ``expected`` (None: the run had nothing to compute it from); ``audit_digits``
-    as in :func:`helpers.feedback.grade_number`.
+    as in :func:`helpers.feedback.grade_number`; ``made_from``: the records it is computed from, so the answer audit
+    looks only at what was shown once they existed (:func:`helpers.answer_audit.made_in`).
 
     >>> grade_answer(1.0, None, "p50").message
     'p50: there is nothing to check against (no successful requests in this run).'
@@ -46,20 +47,21 @@ def grade_answer(answer: Any, expected: float | None, what: str, rel_tol: float 
     if expected is None and answer is not None:
         return Feedback(False, f"{what}: there is nothing to check against (no successful requests in this run).")
     return grade_number(answer, 0.0 if expected is None else float(expected), name=what, rel_tol=rel_tol, hint=hint,
-                        audit_digits=audit_digits)
+                        audit_digits=audit_digits, audit_since=made_in(made_from))
 
 
 def grade_e2e_percentile(answer: Any, records: Sequence[Any], q: float) -> Feedback:
     """The q-th percentile of end-to-end latency over successful requests, in seconds (numpy's definition)."""
     values = [r.e2e_s for r in records if r.ok and r.e2e_s is not None]
     return grade_answer(answer, percentile(values, q), f"p{q:g} end-to-end latency (s)",
-                        hint="use the successful requests' e2e_s and numpy's percentile")
+                        hint="use the successful requests' e2e_s and numpy's percentile", made_from=records)
 
 
 def grade_throughput(answer: Any, records: Sequence[Any]) -> Feedback:
     """Output tokens of successful requests divided by the wall time (first send -> last return)."""
     return grade_answer(answer, summarize(records).output_tok_per_s, "output throughput (tok/s)",
-                        hint="output tokens of the successful requests / (last done_s - first send_s)")
+                        hint="output tokens of the successful requests / (last done_s - first send_s)",
+                        made_from=records)
 
 
 def grade_speedup(answer: Any, low_records: Sequence[Any], high_records: Sequence[Any]) -> Feedback:
@@ -73,7 +75,8 @@ def grade_speedup(answer: Any, low_records: Sequence[Any], high_records: Sequenc
 def grade_peak_generating(answer: Any, records: Sequence[Any]) -> Feedback:
     """Most requests generating at one moment: between first token (send + ttft) and last (send + e2e)."""
     return grade_answer(answer, summarize(records).peak_generating, "requests generating at once", rel_tol=0.0,
-                        hint="count overlapping intervals [send_s + ttft_s, send_s + e2e_s) of successful requests")
+                        hint="count overlapping intervals [send_s + ttft_s, send_s + e2e_s) of successful requests",
+                        made_from=records)
 
 
 def grade_step_growth(answer: Any, low_records: Sequence[Any], high_records: Sequence[Any]) -> Feedback:
@@ -88,7 +91,7 @@ def grade_prefill_ratio(answer: Any, records: Sequence[Any]) -> Feedback:
     summary = summarize(records)
     return grade_answer(answer, ratio(summary.prompt_tokens_total, summary.output_tokens_total),
                         "prompt tokens / output tokens", hint="sum prompt_tokens and output_tokens of successful requests",
-                        audit_digits=RATIO_AUDIT_DIGITS)
+                        audit_digits=RATIO_AUDIT_DIGITS, made_from=records)
 
 
 def kv_blocks_needed(records: Sequence[Any], block_size: int) -> int:
@@ -104,7 +107,8 @@ def kv_blocks_needed(records: Sequence[Any], block_size: int) -> int:
 def grade_kv_blocks(answer: Any, records: Sequence[Any], block_size: int) -> Feedback:
     """Blocks of ``block_size`` tokens that all successful requests hold at once."""
     return grade_answer(answer, kv_blocks_needed(records, block_size), "KV blocks for all requests at once",
-                        rel_tol=0.0, hint=f"per request ceil((prompt_tokens + output_tokens) / {block_size}), summed")
+                        rel_tol=0.0, hint=f"per request ceil((prompt_tokens + output_tokens) / {block_size}), summed",
+                        made_from=records)
 
 
 def grade_kv_limited(answer: Any, records: Sequence[Any], kv_cache: dict[str, Any]) -> Feedback:
@@ -122,7 +126,8 @@ def _grade_high_over_low(answer: Any, low_records: Sequence[Any], high_records: 
                          what: str, hint: str) -> Feedback:
     """A summary field of the high setting's run over the same field of the low setting's."""
     expected = ratio(getattr(summarize(high_records), field), getattr(summarize(low_records), field))
-    return grade_answer(answer, expected, what, hint=hint, audit_digits=RATIO_AUDIT_DIGITS)
+    return grade_answer(answer, expected, what, hint=hint, audit_digits=RATIO_AUDIT_DIGITS,
+                        made_from=[*low_records, *high_records])
 
 
 # ----- what the lab's cells call: grade and print, never raise -------------------------------------
