@@ -1,5 +1,6 @@
-"""Keep every notebook in the course's shape: badge and Colab setup cell on top, no outputs
-except the reference outputs of cells marked ``# NBVAL_CHECK_OUTPUT``, which nbval compares.
+"""Keep every notebook in the course's shape: badge and Colab setup cell on top, the time it takes to run as
+the results files record it (scripts/course_timings.py), no outputs except the reference outputs of cells
+marked ``# NBVAL_CHECK_OUTPUT``, which nbval compares.
 
     python scripts/notebook_header.py [NOTEBOOK ...]                  # after adding or editing one
     python scripts/notebook_header.py --refresh-checked [NOTEBOOK ...] # take reference outputs from
@@ -9,15 +10,18 @@ except the reference outputs of cells marked ``# NBVAL_CHECK_OUTPUT``, which nbv
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import nbformat
+from course_timings import time_to_run  # a sibling script, not a package
 
 from helpers.colab import SETUP_CELL, badge_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "build" / "executed"
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+TIME_TO_RUN = re.compile(r"^(Time to run|\*Run time:\*)")  # the paragraph time_to_run writes (and older wordings)
 
 
 def notebooks() -> list[Path]:
@@ -51,6 +55,7 @@ def normalise(path: Path, refresh_checked: bool = False) -> None:
     if first and first[0].startswith("[![Open In Colab]"):
         first = first[1:]
     cells[0].source = badge + "\n\n" + "\n".join(first).strip()
+    write_time_to_run(cells, time_to_run(path.name))
     setup = nbformat.v4.new_code_cell(SETUP_CELL.rstrip())
     setup.id = "colab-setup"  # a fixed id, so re-running this script changes nothing
     if len(cells) > 1 and cells[1].cell_type == "code" and cells[1].source.startswith("# Colab only"):
@@ -72,6 +77,28 @@ def normalise(path: Path, refresh_checked: bool = False) -> None:
         cell.execution_count = number
     nbformat.validator.normalize(notebook)
     nbformat.write(notebook, path)
+
+
+def time_paragraph(cells: list) -> tuple[int, int] | None:
+    """(cell, paragraph) of the first Markdown paragraph that says how long the notebook takes, or None."""
+    for index, cell in enumerate(cells):
+        if cell.cell_type == "markdown":
+            for number, paragraph in enumerate(cell.source.split("\n\n")):
+                if TIME_TO_RUN.match(paragraph.strip()):
+                    return index, number
+    return None
+
+
+def write_time_to_run(cells: list, sentence: str) -> None:
+    """Put ``sentence`` where the notebook says how long it takes (at the end of its first cell if it did not)."""
+    found = time_paragraph(cells)
+    if found is None:
+        cells[0].source = cells[0].source.rstrip() + "\n\n" + sentence
+        return
+    index, number = found
+    paragraphs = cells[index].source.split("\n\n")
+    paragraphs[number] = sentence
+    cells[index].source = "\n\n".join(paragraphs)
 
 
 def _executed_cells(path: Path) -> dict[str, list]:

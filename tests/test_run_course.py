@@ -15,3 +15,18 @@ def test_the_learners_order_puts_the_labs_among_the_chapters() -> None:
     lab_1, lab_2 = names.index("learner/01_concurrency_lab.ipynb"), names.index("learner/02_serving_real_traffic.ipynb")
     assert names.index("notebooks/04_continuous_batching.ipynb") < lab_1 < names.index("notebooks/05_throughput_tuning.ipynb")
     assert names.index("notebooks/05_throughput_tuning.ipynb") < lab_2 < names.index("notebooks/06_beyond_one_server.ipynb")
+
+
+def test_a_run_records_its_machine_and_seconds_beside_the_copies(tmp_path) -> None:
+    import json
+
+    import nbformat
+
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1 + 1)")]), good)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]), bad)
+    assert run_course.main(["--out", str(tmp_path / "out"), str(good), str(bad)]) == 1
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert set(record["notebooks"]) == {"good.ipynb"} and record["failed"] == ["bad.ipynb"]
+    assert record["device"] == "cpu" and record["cpu"]["cores"] >= 1 and record["cpu"]["dtype"] in ("bfloat16", "float32")
+    assert record["machine"].startswith("CPU: ") and record["vllm_version"] and record["started_utc"] <= record["finished_utc"]

@@ -1,0 +1,145 @@
+"""How long each notebook takes to run, on each class of machine the course has been timed on, from results files.
+
+    python scripts/course_timings.py record [--from build/executed]   # after `make course` on a CPU
+    python scripts/course_timings.py show                             # every notebook's line, as its header has it
+
+``record`` keeps the ``run.json`` that ``scripts/run_course.py`` wrote (every notebook done, none failed) as
+``results/cpu/course_timings/<class>.json``, the newest run of that class of CPU replacing the one before (the
+earlier ones are listed in that folder's README). :func:`time_to_run` turns those files and the GPU's
+(``results/gpu/executed/timings.json``, dated by the executed copies beside it) into the sentence that opens each
+notebook's first cell, which ``scripts/notebook_header.py`` writes and ``tests/test_course_timings.py`` holds to the
+files: a notebook never states a time that no results file backs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_TIMINGS = ROOT / "results" / "cpu" / "course_timings"
+GPU_EXECUTED = ROOT / "results" / "gpu" / "executed"
+LEAD = "Time to run, every cell as `make course` runs it:"
+# the classes in the order a reader compares them: the reference machine first, then the float32 ones
+CLASSES = ("avx512-bf16", "avx2-emulated", "avx2", "avx512")
+GPU_MODELS = {"smollm2": "", "dummy-llama-3.1-8b": "the 8B shape"}
+
+
+def cpu_class(cpu: dict) -> str:
+    """The file name a CPU's runs are kept under.
+
+    >>> cpu_class({"isa": "AVX-512 with bf16", "emulated": None}), cpu_class({"isa": "AVX2", "emulated": "avx2"})
+    ('avx512-bf16', 'avx2-emulated')
+    """
+    name = {"AVX-512 with bf16": "avx512-bf16", "AVX-512": "avx512", "AVX2": "avx2"}.get(cpu["isa"], "other")
+    return f"{name}-emulated" if cpu.get("emulated") else name
+
+
+def describe_cpu(cpu: dict, day: str) -> str:
+    """How a reader knows the class of their CPU, and what it serves.
+
+    >>> describe_cpu({"model": "Intel(R) Xeon(R) Processor @ 2.80GHz", "cores": 2, "isa": "AVX-512",
+    ...               "emulated": None, "dtype": "float32"}, "2026-12-04")
+    'a 2-core CPU with AVX-512 but no BF16 (Intel Xeon @ 2.80GHz, float32; 2026-12-04)'
+    """
+    model = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", "", cpu["model"])
+    model = " ".join(model.split())
+    isa = {"AVX-512 with bf16": "AVX-512 BF16", "AVX-512": "AVX-512 but no BF16", "AVX2": "AVX2 only"}.get(
+        cpu["isa"], cpu["isa"])
+    where = f"{model} limited to AVX2 with `VLLM_COURSE_CPU_ISA={cpu['emulated']}`" if cpu.get("emulated") else model
+    return f"a {cpu['cores']}-core CPU with {isa} ({where}, {cpu['dtype']}; {day})"
+
+
+def cpu_runs() -> list[dict]:
+    """The newest recorded run of each class of CPU, in :data:`CLASSES` order."""
+    runs = {path.stem: json.loads(path.read_text()) for path in CPU_TIMINGS.glob("*.json")}
+    return [runs[name] for name in sorted(runs, key=lambda n: CLASSES.index(n) if n in CLASSES else len(CLASSES))]
+
+
+def gpu_runs() -> dict[tuple[str, str], tuple[float, str]]:
+    """The GPU's seconds and the day it ran, by notebook and model: ``("01_concurrency_lab", "smollm2")``."""
+    path = GPU_EXECUTED / "timings.json"
+    if not path.exists():
+        return {}
+    runs = {}
+    for key, seconds in json.loads(path.read_text()).items():  # "01_start_server.ipynb", "NAME.ipynb (MODEL)"
+        name, model = re.fullmatch(r"(\S+)\.ipynb(?: \((\S+)\))?", key).groups()
+        copy = ("lab_" if (ROOT / "labs" / f"{name}.ipynb").exists() else "") + name + (f"-{model}" if model else "")
+        runs[(name, model or "smollm2")] = (seconds, _day_of(GPU_EXECUTED / f"{copy}.ipynb"))
+    return runs
+
+
+def time_to_run(notebook: str) -> str:
+    """The sentence for ``notebook`` (``01_start_server.ipynb``): each CPU class, then the GPU; where a GPU copy ran
+    older code (``AWAITING.json``), it says so."""
+    name = Path(notebook).stem
+    parts = [f"{_seconds(run['notebooks'][notebook])} on {describe_cpu(run['cpu'], run['started_utc'][:10])}"
+             for run in cpu_runs() if notebook in run["notebooks"]]
+    gpu = [(model, *found) for (copy, model), found in gpu_runs().items() if copy == name]
+    if gpu:
+        (_, seconds, day), *others = sorted(gpu, key=lambda run: run[0] != "smollm2")
+        notes = [day] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}" for model, more, _ in others]
+        awaiting = GPU_EXECUTED / "AWAITING.json"
+        if awaiting.exists() and any(path.endswith(f"/{notebook}") for path in json.loads(awaiting.read_text())):
+            notes.append("an earlier version of its code")
+        parts.append(f"{_seconds(seconds)} on an H200 ({'; '.join(notes)})")
+    if not parts:
+        return f"{LEAD} not timed yet."
+    return f"{LEAD} " + "; ".join(parts) + ". Reading and the exercises take longer."
+
+
+def record(executed: Path) -> Path:
+    """Keep ``executed/run.json`` under results/cpu/course_timings/, refusing a partial or failed run."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_course import course_notebooks
+
+    run = json.loads((executed / "run.json").read_text())
+    missing = [path.name for path in course_notebooks() if path.name not in run["notebooks"]]
+    if run.get("device") != "cpu" or run["failed"] or missing:
+        raise SystemExit(f"not recorded: a CPU run of the whole course with no failure is kept, and this one "
+                         f"(device {run.get('device')}) failed {run['failed']} and did not run {missing}")
+    path = CPU_TIMINGS / f"{cpu_class(run['cpu'])}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=2) + "\n")
+    return path
+
+
+def _seconds(seconds: float) -> str:
+    """``"56 s"``, or with minutes from 10 of them: ``"12 min 50 s"``."""
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 600 else f"{seconds // 60} min {seconds % 60} s"
+
+
+def _day_of(copy: Path) -> str:
+    if not copy.exists():
+        return "date unknown"
+    for cell in json.loads(copy.read_text())["cells"]:
+        began = cell.get("metadata", {}).get("execution", {}).get("iopub.execute_input")
+        if began:
+            return began[:10]
+    return "date unknown"
+
+
+def main(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    keep = sub.add_parser("record", help="keep build/executed/run.json under results/cpu/course_timings/")
+    keep.add_argument("--from", dest="executed", type=Path, default=ROOT / "build" / "executed")
+    sub.add_parser("show", help="print every notebook's sentence")
+    options = parser.parse_args(args)
+    if options.command == "record":
+        print(f"kept {record(options.executed).relative_to(ROOT)}")
+    else:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from notebook_header import notebooks
+
+        for path in notebooks():
+            print(f"{path.relative_to(ROOT)}: {time_to_run(path.name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,94 @@
+"""Each notebook says how long it takes to run from the results files, not from memory (scripts/course_timings.py).
+
+The sentence in every notebook's header is the one the files give today: a new `make course` recorded, or a new GPU
+run, fails this test until ``python scripts/notebook_header.py`` has written the new figures into the notebooks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import course_timings  # noqa: E402  (a script, not a package)
+from notebook_header import notebooks, time_paragraph, write_time_to_run  # noqa: E402
+from run_course import course_notebooks  # noqa: E402
+
+LEARNER_LABS = sorted((ROOT / "labs" / "learner").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", notebooks() + LEARNER_LABS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_notebook_states_the_time_the_results_files_give(path):
+    cells = nbformat.read(path, as_version=4).cells
+    found = time_paragraph(cells)
+    assert found is not None, f"{path.name} does not say how long it takes: run python scripts/notebook_header.py"
+    index, number = found
+    stated = cells[index].source.split("\n\n")[number]
+    assert stated == course_timings.time_to_run(path.name), "run python scripts/notebook_header.py"
+
+
+def test_each_recorded_cpu_run_timed_every_notebook_of_the_course():
+    runs = course_timings.cpu_runs()
+    assert {course_timings.cpu_class(run["cpu"]) for run in runs} >= {"avx512-bf16", "avx2-emulated", "avx512"}
+    for run in runs:
+        assert set(run["notebooks"]) == {path.name for path in course_notebooks()}, run["machine"]
+        assert not run["failed"] and run["device"] == "cpu"
+
+
+def run_record(notebooks: dict[str, float], failed=(), device="cpu") -> dict:
+    return {"machine": "CPU: 2 cores, AMD EPYC, AVX-512 with bf16", "device": device,
+            "cpu": {"model": "AMD EPYC", "cores": 2, "isa": "AVX-512 with bf16", "emulated": None, "dtype": "bfloat16"},
+            "vllm_version": "0.32.0", "started_utc": "2026-12-05T00:00:00+00:00",
+            "finished_utc": "2026-12-05T00:14:00+00:00", "notebooks": notebooks, "failed": list(failed)}
+
+
+def test_a_whole_run_is_recorded_by_its_class_and_becomes_the_sentence(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "kept")
+    monkeypatch.setattr(course_timings, "GPU_EXECUTED", tmp_path / "no-gpu-runs")
+    whole = {path.name: 12.3 + index for index, path in enumerate(course_notebooks())}
+    (tmp_path / "run.json").write_text(json.dumps(run_record(whole)))
+    kept = course_timings.record(tmp_path)
+    assert kept == tmp_path / "kept" / "avx512-bf16.json"
+    assert course_timings.time_to_run("01_start_server.ipynb") == (
+        "Time to run, every cell as `make course` runs it: 12 s on a 2-core CPU with AVX-512 BF16 (AMD EPYC, bfloat16; "
+        "2026-12-05). Reading and the exercises take longer.")
+
+
+@pytest.mark.parametrize(("failed", "missing", "device"), [(["05_throughput_tuning.ipynb"], False, "cpu"),
+                                                          ([], True, "cpu"), ([], False, "cuda")])
+def test_a_failed_partial_or_gpu_run_is_not_recorded(tmp_path, monkeypatch, failed, missing, device):
+    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "kept")
+    timed = {path.name: 10.0 for path in course_notebooks()[:-1 if missing else None]}
+    (tmp_path / "run.json").write_text(json.dumps(run_record(timed, failed, device)))
+    with pytest.raises(SystemExit, match="not recorded"):
+        course_timings.record(tmp_path)
+    assert not (tmp_path / "kept").exists()
+
+
+def test_the_sentence_replaces_an_older_one_or_ends_the_first_cell():
+    cells = [nbformat.v4.new_markdown_cell("# Title\n\nIntro."),
+             nbformat.v4.new_markdown_cell("## Goal\n\n*Run time:* about 6 minutes.\n\nMore.")]
+    write_time_to_run(cells, "Time to run, every cell: 5 s.")
+    assert cells[1].source == "## Goal\n\nTime to run, every cell: 5 s.\n\nMore." and cells[0].source == "# Title\n\nIntro."
+    fresh = [nbformat.v4.new_markdown_cell("# Title")]
+    write_time_to_run(fresh, "Time to run, every cell: 5 s.")
+    assert fresh[0].source == "# Title\n\nTime to run, every cell: 5 s."
+
+
+@pytest.mark.parametrize(("cpu", "name", "words"), [
+    ({"model": "AMD EPYC", "cores": 2, "isa": "AVX-512 with bf16", "emulated": None, "dtype": "bfloat16"},
+     "avx512-bf16", "a 2-core CPU with AVX-512 BF16 (AMD EPYC, bfloat16; 2026-12-04)"),
+    ({"model": "AMD EPYC", "cores": 2, "isa": "AVX2", "emulated": "avx2", "dtype": "float32"}, "avx2-emulated",
+     "a 2-core CPU with AVX2 only (AMD EPYC limited to AVX2 with `VLLM_COURSE_CPU_ISA=avx2`, float32; 2026-12-04)"),
+    ({"model": "Intel(R) Xeon(R) Processor @ 2.80GHz", "cores": 2, "isa": "AVX-512", "emulated": None,
+      "dtype": "float32"}, "avx512", "a 2-core CPU with AVX-512 but no BF16 (Intel Xeon @ 2.80GHz, float32; 2026-12-04)"),
+])
+def test_each_class_of_cpu_is_named_so_a_reader_can_find_theirs(cpu, name, words):
+    assert course_timings.cpu_class(cpu) == name
+    assert course_timings.describe_cpu(cpu, "2026-12-04") == words
