@@ -59,8 +59,8 @@ def cpu_runs() -> list[dict]:
     return [runs[name] for name in sorted(runs, key=lambda n: CLASSES.index(n) if n in CLASSES else len(CLASSES))]
 
 
-def gpu_runs() -> dict[tuple[str, str], tuple[float, str]]:
-    """The GPU's seconds and the day it ran, by notebook and model: ``("01_concurrency_lab", "smollm2")``."""
+def gpu_runs() -> dict[tuple[str, str], tuple[float, Path]]:
+    """The GPU's seconds and its executed copy, by notebook and model: ``("01_concurrency_lab", "smollm2")``."""
     path = GPU_EXECUTED / "timings.json"
     if not path.exists():
         return {}
@@ -68,7 +68,7 @@ def gpu_runs() -> dict[tuple[str, str], tuple[float, str]]:
     for key, seconds in json.loads(path.read_text()).items():  # "01_start_server.ipynb", "NAME.ipynb (MODEL)"
         name, model = re.fullmatch(r"(\S+)\.ipynb(?: \((\S+)\))?", key).groups()
         copy = ("lab_" if (ROOT / "labs" / f"{name}.ipynb").exists() else "") + name + (f"-{model}" if model else "")
-        runs[(name, model or "smollm2")] = (seconds, _day_of(GPU_EXECUTED / f"{copy}.ipynb"))
+        runs[(name, model or "smollm2")] = (seconds, GPU_EXECUTED / f"{copy}.ipynb")
     return runs
 
 
@@ -80,8 +80,8 @@ def time_to_run(notebook: str) -> str:
              for run in cpu_runs() if notebook in run["notebooks"]]
     gpu = [(model, *found) for (copy, model), found in gpu_runs().items() if copy == name]
     if gpu:
-        (_, seconds, day), *others = sorted(gpu, key=lambda run: run[0] != "smollm2")
-        notes = [day] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}" for model, more, _ in others]
+        (_, seconds, copy), *others = sorted(gpu, key=lambda run: run[0] != "smollm2")
+        notes = [_day_of(copy)] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}" for model, more, _ in others]
         awaiting = GPU_EXECUTED / "AWAITING.json"
         if awaiting.exists() and any(path.endswith(f"/{notebook}") for path in json.loads(awaiting.read_text())):
             notes.append("an earlier version of its code")

