@@ -107,3 +107,18 @@ def test_every_notebook_awaiting_a_gpu_run_exists_and_says_why():
     for name, entry in AWAITING.items():
         assert (ROOT / name).is_file(), f"AWAITING.json names {name}, which is not in the course"
         assert {"since", "why"} <= set(entry), f"AWAITING.json: {name} needs 'since' (a date) and 'why'"
+
+
+def test_the_readmes_time_table_is_timings_json():
+    """results/gpu/README.md's table of time per notebook quotes timings.json, row for row (it once kept four
+    figures of a morning run after the evening's had replaced them)."""
+    readme = (EXECUTED.parent / "README.md").read_text()
+    section = readme.split("## Time per notebook on the H200", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2 and cells[1].replace(".", "", 1).isdigit():
+            rows[cells[0]] = float(cells[1])
+    timings = json.loads((EXECUTED / "timings.json").read_text())
+    assert rows == timings, ("results/gpu/README.md's time table differs from executed/timings.json: "
+                             f"README {rows}, timings.json {timings}")
