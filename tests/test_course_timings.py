@@ -92,3 +92,30 @@ def test_the_sentence_replaces_an_older_one_or_ends_the_first_cell():
 def test_each_class_of_cpu_is_named_so_a_reader_can_find_theirs(cpu, name, words):
     assert course_timings.cpu_class(cpu) == name
     assert course_timings.describe_cpu(cpu, "2026-12-04") == words
+
+
+def test_the_readme_and_the_instructor_guide_quote_each_recorded_cpu_run():
+    """Both tables give each class's newest run, notebook by notebook in the course's order; a run recorded
+    without them being updated fails here, as a header does above."""
+    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "instructor.md").read_text()
+    header, _, *rows = [line for line in guide.split("## At a glance", 1)[1].splitlines() if line.startswith("|")]
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    guide_rows = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    order = [path.name for path in course_notebooks()]
+    words = {"avx512-bf16": "AVX-512 BF16", "avx2-emulated": "AVX2 only", "avx512": "AVX-512 without BF16"}
+    for run in course_timings.cpu_runs():
+        seconds = [round(run["notebooks"][name]) for name in order]
+        kind = course_timings.cpu_class(run["cpu"])
+        assert ", ".join(map(str, seconds)) in readme, f"README.md's timing table lacks {kind}'s run: {seconds}"
+        column = next(index for index, name in enumerate(columns) if words[kind] in name)
+        stated = [row[column] for row in guide_rows[:len(order)]]
+        assert [cell.split(" s", 1)[0] for cell in stated] == [str(s) for s in seconds], (
+            f"docs/instructor.md's column for {kind} says {stated}, the recorded run {seconds}")
+        assert guide_rows[len(order)][column].startswith(f"**{round(sum(run['notebooks'].values())):,} s**")
+    gpu = json.loads((course_timings.GPU_EXECUTED / "timings.json").read_text())
+    on_gpu = [gpu.get(name, gpu.get(f"{name} (smollm2)")) for name in order]
+    column = next(index for index, name in enumerate(columns) if "GPU" in name)
+    stated = [row[column].split(" s", 1)[0] for row in guide_rows[:len(order)]]
+    assert stated == [str(round(s)) for s in on_gpu], f"the guide's GPU column says {stated}, timings.json {on_gpu}"
+    assert guide_rows[len(order)][column].startswith(f"{round(sum(on_gpu)):,} s")
