@@ -72,13 +72,13 @@ def test_a_burst_that_never_filled_the_batch_says_so_instead():
 
 
 # ----- the fit ---------------------------------------------------------------------------------------
-def test_the_fit_names_its_batches_and_compares_with_the_reference_machine():
+def test_the_fit_names_its_batches_and_compares_with_the_defaults():
     fast = StepTimeModel(overhead_s=0.002, prefill_token_s=1e-6, decode_seq_s=2.5e-5, max_num_batched_tokens=8192)
     text = explain_fit(fast, StepTimeModel(), [1, 8, 32, 64], replay_error=0.05)
     assert "decode batches of 1/8/32/64" in text and "8,192 tokens" in text
-    assert "17.3x the reference machine's 29" in text and "within 5%" in text
+    assert "17.3x the defaults' 29 (implied by their fit, not measured)" in text and "within 5%" in text
     near = explain_fit(StepTimeModel(), StepTimeModel(), [1, 4, 8], replay_error=-0.4)
-    assert "close to the reference machine's" in near and "off by -40%" in near and "rough" in near
+    assert "close to the defaults' 29" in near and "off by -40%" in near and "rough" in near
 
 
 def test_a_fit_without_a_replay_says_nothing_checked_it():

@@ -26,7 +26,7 @@ from helpers.batching.measure_stats import (
 )
 from helpers.batching.predict import predict_throughput
 from helpers.batching.prediction import load_prediction, prediction_record, save_prediction
-from helpers.batching.step_time import StepTimeModel
+from helpers.batching.step_time import StepMeasurement, StepTimeModel
 from helpers.batching.trace import BatchRequest
 from helpers.load.client import RequestRecord
 from tests.real_server import QUICK_START
@@ -364,3 +364,29 @@ def test_a_prediction_for_another_model_device_or_length_is_not_overlaid_on_the_
     assert "256 output tokens" in prediction_mismatch(saved, model="dummy-llama-3.1-8b", device="cuda",
                                                       output_tokens=32)
     assert prediction_mismatch(saved, model="dummy-llama-3.1-8b", device="cuda", output_tokens=256) is None
+    assert prediction_mismatch(saved, model="dummy-llama-3.1-8b", device="cuda") is None  # any length
+
+
+def test_a_prediction_for_another_length_is_simulated_again_with_its_own_clocks(tmp_path):
+    """The lab's pace probe can pick another output length than notebook 04's: the saved clocks (each setting's,
+    the front end's included) replay the lab's length, and give what notebook 04 would have saved for it."""
+    from helpers.batching.prediction import for_output_tokens
+    from helpers.batching.trace import lab_trace
+
+    clocks = {8: StepTimeModel(overhead_s=0.02), 64: StepTimeModel(stream_token_s=0.004, admit_request_s=0.01)}
+    measured = [StepMeasurement.decode(8, 150.0)]
+    saved = load_prediction(save_prediction(prediction_record(clocks, trace=lab_trace(output_len=32),
+                                                              measurements=measured, fitted_from="notebook 04",
+                                                              served_model="smollm2", device="cpu"),
+                                            tmp_path / "p.json"))
+    again = for_output_tokens(saved, 36)
+    direct = prediction_record(clocks, trace=lab_trace(output_len=36), measurements=measured,
+                               fitted_from="notebook 04", served_model="smollm2", device="cpu")
+    assert again["predicted_output_tok_s"] == direct["predicted_output_tok_s"]
+    assert again["output_tokens"] == [36] and again["resimulated_from"] == [32]
+    assert {k: again[k] for k in ("model", "device", "fitted_from", "measurements", "step_time_models", "created")} \
+        == {**{k: direct[k] for k in ("model", "device", "fitted_from", "measurements", "step_time_models")},
+            "created": saved["created"]}
+    assert for_output_tokens(saved, 32) is saved
+    old = {k: v for k, v in saved.items() if k != "step_time_models"}  # saved before each setting had its own clock
+    assert for_output_tokens(old, 36)["step_time_models"]["8"] == saved["step_time_model"]

@@ -6,7 +6,7 @@ differently from one that did, a close replay differently from a poor one. Nothi
 
 - :func:`explain_simulation`: continuous against static batching on the four simulated traces.
 - :func:`explain_live_engine`: what ``/metrics`` showed of the real scheduler during the burst.
-- :func:`explain_fit`: the fitted step-time model beside the reference machine's, and its replay check.
+- :func:`explain_fit`: the fitted step-time model beside the defaults, and its replay check.
 - :func:`explain_prediction`: the lab's predicted 8-vs-64 throughput, and why it is not 8x.
 - :func:`summarize_batching_run`: the four as the notebook's Markdown summary.
 - :func:`describe_fit_source`: how the model was measured, in one line saved with the prediction.
@@ -74,14 +74,14 @@ def explain_live_engine(live: Any, records: Sequence[RequestRecord], max_num_seq
 
 def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Sequence[int],
                 replay_error: float | None, prefill_tokens: int | None = None) -> str:
-    """The fitted clock in words, its single-request speed against the reference machine's, and how
-    well it replayed the burst (``replay_error``: simulated / measured duration - 1; None: not checked).
+    """The fitted clock in words, its single-request speed against the defaults' (which their fit implies:
+    it was never measured), and how well it replayed the burst (``replay_error``: simulated / measured duration - 1; None: not checked).
 
     ``prefill_tokens``: how many tokens apart the timed prefill pair's prompts were (None: no pair timed).
     """
     speed = fitted.decode_tok_s(1) / reference.decode_tok_s(1)
-    against = (f"{speed:.1f}x the reference machine's {reference.decode_tok_s(1):.0f}." if abs(speed - 1) > 0.15 else
-               f"close to the reference machine's {reference.decode_tok_s(1):.0f}.")
+    implied = f"the defaults' {reference.decode_tok_s(1):.0f} (implied by their fit, not measured)."
+    against = f"{speed:.1f}x {implied}" if abs(speed - 1) > 0.15 else f"close to {implied}"
     if replay_error is None:
         check = " The burst was not replayed, so nothing checks the fit on other data."
     elif abs(replay_error) <= 0.25:
@@ -125,7 +125,8 @@ def explain_prediction(fitted: StepTimeModel, prediction: Mapping[str, Any], ref
                f"{duration(step_low)} a step ({low / step_low:,.0f} tok/s) and {running} take {duration(step_high)} "
                f"({running / step_high:,.0f} tok/s): more slots spread the {duration(fitted.overhead_s)} overhead "
                f"thinner, but each sequence still costs {duration(fitted.decode_seq_s)}, so decoding never beats "
-               f"{ceiling}. And the lab's {prompt_tokens:,} prompt tokens cost about "
+               f"{ceiling}. And the lab's {prompt_tokens:,} prompt tokens (their text: the simulation leaves out the "
+               f"chat template) cost about "
                f"{duration(prompt_tokens * fitted.prefill_token_s)} of prefill at either setting, against a predicted "
                f"{duration(output_tokens / tok_s_high)} for the whole run at {high}. ")
     return head + why + front + "The lab measures both settings: compare."

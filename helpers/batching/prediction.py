@@ -3,7 +3,8 @@
 Notebook 04 fits a step-time model to its own measurements and predicts the lab's output
 throughput at each ``max_num_seqs`` (:func:`prediction_record`); it saves the prediction to
 ``build/results/batching_prediction.json`` (:func:`save_prediction`); the lab overlays it on
-what it measures (:func:`load_prediction`). Saved whole or not at all, so a stopped kernel
+what it measures (:func:`load_prediction`), simulated again for the lab's own output length where
+its pace probe chose another (:func:`for_output_tokens`). Saved whole or not at all, so a stopped kernel
 leaves the previous prediction, never half of one.
 """
 
@@ -83,11 +84,14 @@ def prediction_record(
     }
 
 
-def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str, output_tokens: int) -> str | None:
+def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str,
+                        output_tokens: int | None = None) -> str | None:
     """Why a saved prediction is not one for this lab run (another model, device or output length), or None.
 
     A step-time model fitted to one model on one machine says nothing about another: notebook 04
-    run last on the 8B shape must not be overlaid on a lab run on SmolLM2.
+    run last on the 8B shape must not be overlaid on a lab run on SmolLM2. Another output length
+    is only a different load for the same clocks: leave `output_tokens` out to accept any, and
+    simulate the saved clocks again with :func:`for_output_tokens`.
 
     >>> saved = {"model": "dummy-llama-3.1-8b", "device": "cuda", "output_tokens": [256]}
     >>> prediction_mismatch(saved, model="smollm2", device="cuda", output_tokens=256)
@@ -101,9 +105,39 @@ def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str, 
             return f"it was made for {key} {saved[key]!r}, this run serves {now!r}" if key == "model" else \
                 f"it was made on {saved[key]}, this run is on {device}"
     lengths = prediction.get("output_tokens")
-    if lengths and lengths != [output_tokens]:
+    if output_tokens is not None and lengths and lengths != [output_tokens]:
         return f"it predicts {', '.join(map(str, lengths))} output tokens a request, this run sends {output_tokens}"
     return None
+
+
+def for_output_tokens(prediction: dict[str, Any], output_tokens: int) -> dict[str, Any]:
+    """The saved prediction for the lab's load with `output_tokens` a request: itself where it already is,
+    else its own step-time models simulated again on that load, with ``resimulated_from`` (the output
+    tokens it was saved for) added and everything else as saved.
+
+    Each notebook sizes the answers from its own pace probe, so on a slower machine notebook 04 and the
+    lab can pick lengths a few tokens apart. The clocks were fitted to the machine, not to that length
+    (the step-time model has no term for it), so this is the prediction notebook 04 would have saved
+    for the lab's length.
+
+    >>> saved = prediction_record(StepTimeModel(), trace=lab_trace(output_len=32), served_model="smollm2", device="cpu")
+    >>> again = for_output_tokens(saved, 64)
+    >>> again["output_tokens"], again["resimulated_from"], round(again["ratio_64_vs_8"], 2)
+    ([64], [32], 1.6)
+    >>> for_output_tokens(saved, 32) is saved
+    True
+    """
+    if prediction.get("output_tokens") in (None, [output_tokens]):
+        return prediction
+    settings = prediction["max_num_seqs"]
+    # a file saved before each setting had its own clock used one for all of them
+    saved = prediction.get("step_time_models") or {str(n): prediction["step_time_model"] for n in settings}
+    record = prediction_record({int(n): StepTimeModel(**m) for n, m in saved.items()}, settings=settings,
+                               trace=lab_trace(output_len=output_tokens), fitted_from=prediction.get("fitted_from", ""),
+                               measurements=[StepMeasurement(**m) for m in prediction.get("measurements", ())],
+                               served_model=prediction.get("model", ""), device=prediction.get("device", ""))
+    return {**record, "created": prediction.get("created", record["created"]),
+            "resimulated_from": prediction["output_tokens"]}
 
 
 PREDICTION_REMEDY = ("Run notebook 04 (notebooks/04_continuous_batching.ipynb) again down to the cell that saves "
