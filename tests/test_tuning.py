@@ -249,19 +249,23 @@ def test_prefix_plot_reports_the_hit_rate_and_ttft():
 # ----- exercise checks -------------------------------------------------------------------------------
 def test_grades_accept_the_right_answers_and_refuse_others():
     small = measurement("0.05 GiB", e2e=4.0, ttft=2.0, queries=400, hits=300)
-    assert grade_pool_blocks(18, small) and not grade_pool_blocks(2304, small)
+    pool = int(0.1 * 2**30)  # 107,374,182 bytes: 36 whole blocks of 128 x 23,040 bytes (36.4), 18 in float32
+    assert grade_pool_blocks(36, pool, 23_040, 128) and not grade_pool_blocks(37, pool, 23_040, 128)
+    assert grade_pool_blocks(18, pool, 46_080, 128) and not grade_pool_blocks(4608, pool, 23_040, 128)
+    assert grade_pool_blocks(291, pool, 23_040, 16)  # a GPU's blocks of 16
+    unknown = grade_pool_blocks(36, pool, None, 128)
+    assert unknown.ok is False and "config.json" in unknown.message
     assert grade_hits_per_request(300 / len(small.run.records), small) and not grade_hits_per_request(0.75, small)
     assert grade_ideal_hits(19 * 896, num_requests=20, shared_tokens=1000, block_size=128)
     assert grade_first_lever("prefix caching") and not grade_first_lever("max_num_seqs")
-    unanswered = grade_pool_blocks(None, small)
+    unanswered = grade_pool_blocks(None, pool, 23_040, 128)
     assert unanswered.ok is None and "not answered yet" in unanswered.message
 
 
 def test_checks_print_the_verdict_and_return_nothing(capsys):
     from helpers.tuning.exercises import check_first_lever, check_pool_blocks
 
-    small = measurement("0.05 GiB", e2e=4.0, ttft=2.0)
-    assert check_pool_blocks(None, small) is None and check_first_lever("prefix caching") is None
+    assert check_pool_blocks(None, 2**30, 23_040, 128) is None and check_first_lever("prefix caching") is None
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("✏️ blocks in the pool: not answered yet") and out[1].startswith("✅ first lever: correct.")
 
@@ -419,3 +423,16 @@ def test_the_lever_plot_marks_latencies_nobody_measured_and_counts_failures():
     fig = plot_lever([failing("0.05 GiB", failed=4, e2e=4.0, ttft=2.0), measurement("2 GiB", e2e=2.0, ttft=1.0)])
     notes = [t.get_text() for t in fig.axes[1].texts]
     assert notes[:4] == ["n/a"] * 4 and "0.05 GiB: 4 of 4 requests failed" in fig._suptitle.get_text()
+
+
+def test_the_startup_comparison_names_the_cap_the_notebook_read_or_says_it_was_vllms_default():
+    from dataclasses import replace
+
+    from helpers.tuning.startup import compare_startup
+
+    compiled, eager = measurement("compiled", e2e=1.0, ttft=0.1), measurement("eager", e2e=4.0, ttft=0.2)
+    compiled.max_num_seqs = 1024  # as notebook 05 sets it from the server's log
+    assert compare_startup(compiled, 99.0, eager, 46.0).load.endswith("max_num_seqs=1024")
+    compiled.max_num_seqs = None
+    compiled.run = replace(compiled.run, server=replace(compiled.run.server, max_num_seqs=None))
+    assert compare_startup(compiled, 99.0, eager, 46.0).load.endswith("max_num_seqs: vLLM's default")

@@ -74,7 +74,8 @@ def describe_shares(shares: Sequence[ReplicaShare]) -> str:
     lines = []
     for share in shares:
         rate = f" ({share.hit_rate:.0%})" if share.hit_rate is not None else ""
-        lines.append(f"{share.url}: {share.num_requests} requests ({share.num_requests / total:.0%}), prefix cache "
+        requests = "request" if share.num_requests == 1 else "requests"
+        lines.append(f"{share.url}: {share.num_requests} {requests} ({share.num_requests / total:.0%}), prefix cache "
                      f"{share.prefix_cache_hits:,} of {share.prefix_cache_queries:,} prompt tokens{rate}")
     return "\n".join(lines)
 

@@ -34,12 +34,16 @@ LEVERS = ("kv pool", "max_num_seqs", "prefix caching", "quantization")
 
 
 # ----- grading (pure: what tests call) ------------------------------------------------------------
-def grade_pool_blocks(answer: Any, measurement: Any) -> Feedback:
-    """Blocks in a server's KV pool: the token slots it reported / its block size."""
-    kv = measurement.kv_cache
-    blocks = kv.get("num_blocks") or kv["num_tokens"] // kv["block_size"]
+def grade_pool_blocks(answer: Any, pool_bytes: int, bytes_per_token: int | None, block_size: int) -> Feedback:
+    """Whole blocks in a pool of ``pool_bytes`` on a server with this KV size per token and block size: a pool the
+    notebook does not start, so no cell shows the answer."""
+    if bytes_per_token is None:
+        return Feedback(False, "This server's model came from the hub without a local config.json, so the notebook "
+                               "did not count its KV bytes per token: open its config.json to work them out.")
+    blocks = tokens_that_fit(pool_bytes, bytes_per_token, block_size) // block_size
     return grade_number(answer, blocks, name="blocks in the pool",
-                        hint="divide the token slots the server reported by its block size.")
+                        hint="one block holds block_size tokens of KV_BYTES_PER_TOKEN bytes each; count whole "
+                             "blocks only (round down).")
 
 
 def grade_hits_per_request(answer: Any, measurement: Any) -> Feedback:
@@ -80,8 +84,8 @@ def grade_first_lever(answer: Any) -> Feedback:
 
 
 # ----- checking (prints the verdict: what the notebook calls) ----------------------------------------
-def check_pool_blocks(answer: Any, measurement: Any) -> None:
-    show(graded(grade_pool_blocks, answer, measurement))
+def check_pool_blocks(answer: Any, pool_bytes: int, bytes_per_token: int | None, block_size: int) -> None:
+    show(graded(grade_pool_blocks, answer, pool_bytes, bytes_per_token, block_size))
 
 
 def check_hits_per_request(answer: Any, measurement: Any) -> None:

@@ -74,8 +74,9 @@ class StartupComparison:
 def compare_startup(compiled: Any, compiled_start_s: float, eager: Any, eager_start_s: float) -> StartupComparison:
     """The comparison of two :class:`~helpers.tuning.measurement.Measurement` of the same load."""
     run = compiled.run
+    cap = getattr(compiled, "max_num_seqs", None) or run.server.max_num_seqs  # the notebook sets the cap it read
     load = (f"{len(run.records)} requests at once, {run.settings.get('output_tokens', '?')} output tokens each, "
-            f"max_num_seqs={run.server.max_num_seqs}")
+            + (f"max_num_seqs={cap}" if cap is not None else "max_num_seqs: vLLM's default"))
     return StartupComparison(
         machine=run.hardware, vllm_version=run.server.vllm_version, model=run.server.model, load=load,
         compiled_start_s=round(compiled_start_s, 1), eager_start_s=round(eager_start_s, 1),
