@@ -89,8 +89,14 @@ def test_an_executed_copy_ran_every_cell_without_an_error(copy: Path):
         assert not errors, f"{copy.name}: code cell {index} raised {errors[0].get('ename')}: {errors[0].get('evalue')}"
 
 
-@pytest.mark.parametrize("copy", COPIES, ids=lambda path: path.name)
+def checks_output(copy: Path) -> bool:
+    return any("NBVAL_CHECK_OUTPUT" in text(cell["source"]) for cell in code_cells(source_of(copy)))
+
+
+@pytest.mark.parametrize("copy", [copy for copy in COPIES if checks_output(copy)], ids=lambda path: path.name)
 def test_an_executed_copy_printed_what_nbval_checks(copy: Path):
+    """Only the copies whose notebook marks a cell NBVAL_CHECK_OUTPUT (03 and 04 today): the others have no output
+    that is the same on every machine, and a case for them would pass without comparing anything."""
     checked = 0
     for index, (ran, committed) in enumerate(zip(code_cells(copy), code_cells(source_of(copy)))):
         if "NBVAL_CHECK_OUTPUT" not in text(committed["source"]):

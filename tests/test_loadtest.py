@@ -464,11 +464,13 @@ def test_a_server_killed_mid_run_gives_counted_errors_and_a_partial_result_not_a
             while finished_requests(server) < 2 and time.monotonic() < deadline:  # bounded
                 await asyncio.sleep(0.2)
             os.killpg(server.process.pid, signal.SIGKILL)
+            killed[0] = time.monotonic()
             return await task
 
-        began = time.monotonic()
+        killed = [0.0]
         result = run(load_then_kill(), 300)
-        assert time.monotonic() - began < 300
+        # the load test notices the dead server through its connections, not through its 120 s request timeout
+        assert time.monotonic() - killed[0] < 30, "the load test hung on after its server was killed"
     finally:
         server.stop()
     summary = summarize(result.records)

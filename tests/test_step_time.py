@@ -92,11 +92,12 @@ def test_the_default_model_is_the_fit_of_the_lab_measurements():
     assert fit.max_num_batched_tokens == 2048
 
 
-def test_predicted_lab_throughput_is_higher_at_64_than_at_8_but_far_from_8x():
+def test_the_default_clock_still_reproduces_the_two_lab_figures_it_was_fitted_to():
+    """A regression check, not a prediction: StepTimeModel's defaults were fitted to these two figures on this trace
+    (helpers/batching/predict.py), so a change to the simulator or the defaults that moves them fails here."""
     trace = lab_trace()
     at_8, at_64 = predict_throughput(StepTimeModel(), trace, 8), predict_throughput(StepTimeModel(), trace, 64)
     assert at_8 == pytest.approx(100, rel=0.05) and at_64 == pytest.approx(160, rel=0.05)
-    assert 1.0 < at_64 / at_8 < 8.0
 
 
 def test_predicted_throughput_never_falls_as_max_num_seqs_grows_on_mixed_traffic():

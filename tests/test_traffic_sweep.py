@@ -77,7 +77,9 @@ def test_vllm_bench_serve_at_one_rate_reads_into_the_course_figures_beside_its_o
     point = bench.point
     sent = json.loads(bench.result_path.read_text())["start_times"]  # the tool sent when the course would have
     times = arrival_times(4, 2.0, seed=3)
-    assert max(abs((s - sent[0]) - (t - times[0])) for s, t in zip(sent, times)) < 0.05
+    lag = max(abs((s - sent[0]) - (t - times[0])) for s, t in zip(sent, times))
+    # 0.1 s leaves room for a busy runner and still tells seed 3 from every other of seeds 0-49 (0.14 s or more apart)
+    assert lag < 0.1, f"vllm bench serve sent up to {lag:.3f} s away from the course's schedule"
     assert point.num_requests == 4 == point.num_ok and point.offered_rate == 2.0
     assert point.output_tok_per_s == pytest.approx(32 / point.wall_s)  # 4 x 8 tokens, the course's definition
     assert bench.reported["completed"] == 4 and bench.reported["total_output_tokens"] == 32

@@ -48,6 +48,7 @@ from helpers.tuning.plots import (
 )
 from helpers.tuning.report import checklist, memory_table
 from helpers.tuning.workloads import shared_prefix_workload
+from tests.test_hardware import SAPPHIRE, ZEN2, ZEN4
 from tests.test_loadtest import WordTokenizer
 
 SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -200,8 +201,23 @@ def test_requests_fit_in_the_pool_in_arrival_order():
     assert fit_in_pool([1] * 20, 18) == 18
 
 
-def test_fp8_kv_support_is_a_yes_or_no():
-    assert cpu_supports_fp8_kv() in (True, False)
+XEON_WITHOUT_BF16 = "model name\t: Intel(R) Xeon(R) Processor @ 2.80GHz\nflags\t\t: avx2 avx512f avx512bw avx512_vnni\n"
+
+
+@pytest.mark.parametrize(("cpuinfo", "emulated", "supported"), [
+    (ZEN4, None, True), (SAPPHIRE, None, True), (XEON_WITHOUT_BF16, None, True), (ZEN2, None, False),
+    (SAPPHIRE, "avx2", False)], ids=["zen4", "sapphire-rapids", "xeon-without-bf16", "zen2", "sapphire-as-avx2"])
+def test_fp8_kv_support_follows_avx512_or_amx_and_the_avx2_emulation(monkeypatch, cpuinfo, emulated, supported):
+    """It decides whether notebook 05 measures the FP8 KV cache, and whether its real-server test runs or is skipped."""
+    from helpers import hardware
+    from helpers.tuning import measure as measure_module
+
+    if emulated:
+        monkeypatch.setenv("VLLM_COURSE_CPU_ISA", emulated)
+    else:
+        monkeypatch.delenv("VLLM_COURSE_CPU_ISA", raising=False)
+    monkeypatch.setattr(measure_module, "detect_cpu", lambda: hardware.detect_cpu(cpuinfo))
+    assert cpu_supports_fp8_kv() is supported
 
 
 # ----- figures ---------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def test_a_passed_cap_and_the_default_memory_fraction_are_read_back_from_the_ser
                         device="cpu" if ON_CPU else "cuda")
     assert (s.max_num_seqs, s.max_num_seqs_source) == (8, "passed on the command line")
     assert s.prefix_caching == "True"
+    assert s.gpu_memory_utilization == "0.92"  # not passed: vLLM's own default (0.26 and 0.32), read from /metrics
 
 
 @pytest.mark.skipif(not ON_CPU, reason="the CPU build's handling of --gpu-memory-utilization beside an explicit pool")
