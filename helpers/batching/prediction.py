@@ -51,7 +51,8 @@ def prediction_record(
     Keys: max_num_seqs, predicted_output_tok_s, ratio_<last>_vs_<first>, step_time_model
     (the last setting's parameters), step_time_models (each setting's), fitted_from (how the model was measured), created (ISO time),
     measurements (the numbers it was fitted to), and what it is a prediction for: the served
-    model, the device and the trace's output tokens (:func:`prediction_mismatch` compares them).
+    model, the device (:func:`prediction_mismatch` compares them) and the trace's output tokens
+    (:func:`for_output_tokens` simulates the clocks again for another).
 
     >>> rec = prediction_record(StepTimeModel(), fitted_from="defaults")
     >>> rec["max_num_seqs"], round(rec["ratio_64_vs_8"], 2)
@@ -84,19 +85,17 @@ def prediction_record(
     }
 
 
-def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str,
-                        output_tokens: int | None = None) -> str | None:
-    """Why a saved prediction is not one for this lab run (another model, device or output length), or None.
+def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str) -> str | None:
+    """Why a saved prediction is not one for this lab run (another model or device), or None.
 
     A step-time model fitted to one model on one machine says nothing about another: notebook 04
     run last on the 8B shape must not be overlaid on a lab run on SmolLM2. Another output length
-    is only a different load for the same clocks: leave `output_tokens` out to accept any, and
-    simulate the saved clocks again with :func:`for_output_tokens`.
+    is only a different load for the same clocks: :func:`for_output_tokens` simulates them again.
 
     >>> saved = {"model": "dummy-llama-3.1-8b", "device": "cuda", "output_tokens": [256]}
-    >>> prediction_mismatch(saved, model="smollm2", device="cuda", output_tokens=256)
+    >>> prediction_mismatch(saved, model="smollm2", device="cuda")
     "it was made for model 'dummy-llama-3.1-8b', this run serves 'smollm2'"
-    >>> prediction_mismatch(saved, model="dummy-llama-3.1-8b", device="cuda", output_tokens=256) is None
+    >>> prediction_mismatch(saved, model="dummy-llama-3.1-8b", device="cuda") is None
     True
     """
     saved = {"model": prediction.get("model"), "device": prediction.get("device")}
@@ -104,9 +103,6 @@ def prediction_mismatch(prediction: dict[str, Any], *, model: str, device: str,
         if saved[key] and saved[key] != now:
             return f"it was made for {key} {saved[key]!r}, this run serves {now!r}" if key == "model" else \
                 f"it was made on {saved[key]}, this run is on {device}"
-    lengths = prediction.get("output_tokens")
-    if output_tokens is not None and lengths and lengths != [output_tokens]:
-        return f"it predicts {', '.join(map(str, lengths))} output tokens a request, this run sends {output_tokens}"
     return None
 
 
