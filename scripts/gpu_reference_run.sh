@@ -15,7 +15,9 @@
 #       13 requests/s, 128 output tokens, 320 requests a run), "clock-slots" (scripts/bench_step_clock_slots.py:
 #       the same decode batches timed on 8-slot and 64-slot servers), "lab-pairs" (scripts/bench_lab_pairs.py: the
 #       lab's loads in alternating pairs on an 8-slot and a 64-slot server up at once, against notebook 04's
-#       prediction; LAB_PAIRS_ARGS adds to its arguments) or a notebook path
+#       prediction; LAB_PAIRS_ARGS adds to its arguments), "prefill-clocks" / "prefill-clocks-dummy"
+#       (scripts/bench_prefill_clocks.py: lone prompts timed on the server's clock and the client's at once, on
+#       SmolLM2 / the 8B shape; PREFILL_CLOCKS_ARGS adds to its arguments, e.g. "--max-num-seqs 8") or a notebook path
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
@@ -79,6 +81,10 @@ for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
             ${CLOCK_SLOTS_ARGS:---prefill-pairs 32:512,256:1024} ;;
         bench-open) "$PY" scripts/bench_vs_vllm.py --out build/gpu/bench_open ${BENCH_OPEN_ARGS:---max-num-seqs 8 \
             --request-rate 13 --output-tokens 128 --requests 320} ;;
+        prefill-clocks) "$PY" scripts/bench_prefill_clocks.py --out build/gpu/prefill_clocks/smollm2.json \
+            ${PREFILL_CLOCKS_ARGS:-} ;;
+        prefill-clocks-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b "$PY" scripts/bench_prefill_clocks.py \
+            --out build/gpu/prefill_clocks/dummy-llama-3.1-8b.json ${PREFILL_CLOCKS_ARGS:-} ;;
         capture)  # this vLLM's flags and a /metrics text after one request, for tests/test_vllm_versions.py
             mkdir -p build/gpu/capture
             "$PY" -m vllm.entrypoints.openai.api_server --help=all 2>/dev/null > build/gpu/capture/help.txt
