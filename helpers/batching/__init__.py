@@ -13,7 +13,8 @@ Pure core:
 
 I/O: ``measure`` (step-time measurements and trace replays against a running server, through
 ``helpers.load``); ``front_end`` (the API server's and the client's CPU time per request and per token,
-the pipeline's other stages); ``prediction`` (the prediction file the lab reads).
+the pipeline's other stages); ``prediction`` (the prediction file the lab reads); ``prefill_clocks`` (lone
+prompts' prefill on the server's clock and the client's at once, ``scripts/bench_prefill_clocks.py``).
 Drawing: ``view`` (batch slots over time, the animated player) and ``measure_plots``.
 Notebook glue: ``exercises`` (the notebook's checks); ``loop_exercise`` (the learner's continuous-batching
 loop, its schedule compared step by step with the simulator's).
