@@ -24,20 +24,22 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from helpers.batching.prefill_clocks import time_lone_prompts
+from helpers.batching.prefill_clocks import CLOCKS, time_lone_prompts
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine
 from helpers.paths import build_dir
-from helpers.serve.server import start_server
+from helpers.serve.server import VLLMServer
 
 
 async def measure(max_num_seqs: int, lengths: list[int], repeats: int) -> dict:
-    """Start the server, time the lone prompts, stop it; the result as JSON data."""
-    with start_server(max_num_seqs=max_num_seqs, quiet=True) as server:
-        too_long = [n for n in lengths if n >= server.config.max_model_len]
-        if too_long:
-            raise SystemExit(f"--lengths {too_long} do not fit max_model_len={server.config.max_model_len} with "
-                             "their one output token: pass shorter prompts.")
+    """Start the server, time the lone prompts, stop it; the result as JSON data. Prompts that would not fit the
+    server's max_model_len are refused before it starts."""
+    server = VLLMServer(max_num_seqs=max_num_seqs)
+    too_long = [n for n in lengths if n >= server.config.max_model_len]
+    if too_long:
+        raise SystemExit(f"--lengths {too_long} do not fit max_model_len={server.config.max_model_len} with "
+                         "their one output token: pass shorter prompts.")
+    with server.start(quiet=True):
         clocks = await time_lone_prompts(server, lengths, repeats)
         print(clocks.table(), flush=True)
         if clocks.failed:
@@ -45,7 +47,7 @@ async def measure(max_num_seqs: int, lengths: list[int], repeats: int) -> dict:
         return {"model": server.model_name, "device": server.device, "max_num_seqs": max_num_seqs,
                 "ready_s": round(server.startup_seconds, 1),
                 "slope_us_a_token": {clock: None if (s := clocks.slope_s(clock)) is None else round(s * 1e6, 3)
-                                     for clock in ("server", "client")},
+                                     for clock in CLOCKS},
                 "timings_s": asdict(clocks)}
 
 

@@ -42,3 +42,8 @@ def test_both_clocks_time_every_lone_prompt_and_see_the_longer_prompt_cost_more(
     # on a CPU 480 more prompt tokens of SmolLM2 cost hundreds of milliseconds: both clocks must see them
     assert result["slope_us_a_token"]["server"] > 0 and result["slope_us_a_token"]["client"] > 0
     assert "slope (us a token)" in done.stdout and "saved:" in done.stdout
+
+
+def test_a_prompt_longer_than_the_servers_context_is_refused_before_it_starts():
+    done = run_script("--lengths", "32,4096", timeout=120)
+    assert done.returncode == 1 and "max_model_len=2048" in done.stderr and "starting vLLM" not in done.stdout

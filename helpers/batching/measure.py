@@ -259,6 +259,18 @@ def budget_of(server: Any) -> int:
     return found.tokens if found is not None else StepTimeModel.max_num_batched_tokens
 
 
+async def send_on_server_clock(server: Any, specs: Sequence[RequestSpec], label: str,
+                               timer: str) -> tuple[list[RequestRecord], float | None]:
+    """Send these requests: their records, and the mean of the server's histogram `timer` (one of
+    ``request_decode_time_seconds``, ``request_prefill_time_seconds``) over them, read from `/metrics`
+    before and after; None where a request failed or the server published no such time for exactly them."""
+    before = await _server_timer_totals(server)
+    batch = await _send(server, specs, label)
+    if not all(r.ok for r in batch):
+        return batch, None
+    return batch, server_mean_seconds(before, await _server_timer_totals(server), timer, len(batch))
+
+
 async def _timed(server: Any, specs: list[RequestSpec], label: str,
                  output_len: int) -> tuple[list[RequestRecord], float | None, bool]:
     """Send one timing's requests: their records, the timing (a decode batch's output tok/s, or a
@@ -270,11 +282,9 @@ async def _timed(server: Any, specs: list[RequestSpec], label: str,
     step; where the server publishes no such time, by the client's time to first token,
     which holds them: the prefill pair's difference cancels what both prompts pay alike."""
     timer = "request_prefill_time_seconds" if label.startswith("prefill") else "request_decode_time_seconds"
-    before = await _server_timer_totals(server)
-    batch = await _send(server, specs, label)
+    batch, server_s = await send_on_server_clock(server, specs, label, timer)
     if not all(r.ok for r in batch):
         return batch, None, False
-    server_s = server_mean_seconds(before, await _server_timer_totals(server), timer, len(batch))
     if timer == "request_prefill_time_seconds":
         client_s = batch[0].ttft_s
         return batch, (client_s if server_s is None else server_s), server_s is not None

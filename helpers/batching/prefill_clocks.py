@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from helpers import validate
-from helpers.batching.measure import _send, _server_timer_totals, _specs
-from helpers.batching.measure_stats import server_mean_seconds
+from helpers.batching.measure import _send, _specs, send_on_server_clock
 
 CLOCKS = ("server", "client")
 
@@ -96,13 +95,11 @@ async def time_lone_prompts(server: Any, lengths: Sequence[int] = (256, 1024), r
     clocks = PrefillClocks()
     for repeat in range(repeats):
         for length in (lengths if repeat % 2 == 0 else list(reversed(lengths))):
-            before = await _server_timer_totals(server)
-            record = (await _send(server, _specs([length], [1], rng), f"prefill {length} tokens"))[0]
+            (record,), server_s = await send_on_server_clock(server, _specs([length], [1], rng),
+                                                              f"prefill {length} tokens", "request_prefill_time_seconds")
             if not record.ok or record.ttft_s is None:
                 clocks.failed += 1
                 continue
-            after = await _server_timer_totals(server)
-            clocks.server.setdefault(length, []).append(
-                server_mean_seconds(before, after, "request_prefill_time_seconds", 1))
+            clocks.server.setdefault(length, []).append(server_s)
             clocks.client.setdefault(length, []).append(record.ttft_s)
     return clocks
