@@ -113,15 +113,26 @@ class CPUInfo:
         return bool({"avx512_fp16", "amx_fp16"} & self.flags)
 
     @property
+    def amx(self) -> bool:
+        """AMX tiles with bf16 (Sapphire Rapids and later): vLLM's CPU build then runs bfloat16 attention ("amx") and
+        matmuls on them, a class of its own for speed."""
+        return {"amx_tile", "amx_bf16"} <= self.flags
+
+    @property
     def isa(self) -> str:
-        """The widest vector instructions: "AVX-512 with bf16", "AVX-512", "AVX2" or "no AVX2".
+        """The widest vector or matrix instructions: "AVX-512 with AMX", "AVX-512 with bf16", "AVX-512", "AVX2" or
+        "no AVX2".
 
         >>> CPUInfo("x", 2, frozenset({"avx2", "avx512f", "avx512_bf16"})).isa
         'AVX-512 with bf16'
+        >>> CPUInfo("x", 2, frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})).isa
+        'AVX-512 with AMX'
         >>> CPUInfo("x", 2, frozenset({"avx2", "fma"})).isa
         'AVX2'
         """
         if "avx512f" in self.flags:
+            if self.amx:
+                return "AVX-512 with AMX"
             return "AVX-512 with bf16" if self.native_bf16 else "AVX-512"
         return "AVX2" if "avx2" in self.flags else "no AVX2"
 

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CPU_TIMINGS = ROOT / "results" / "cpu" / "course_timings"
 GPU_EXECUTED = ROOT / "results" / "gpu" / "executed"
 LEAD = "Time to run, every cell as `make course` runs it:"
-# the classes in the order a reader compares them: the reference machine first, then the float32 ones
-CLASSES = ("avx512-bf16", "avx2-emulated", "avx2", "avx512")
+# the classes in the order a reader compares them: the reference machine first, the other bfloat16 one, then the
+# float32 ones
+CLASSES = ("avx512-bf16", "amx-bf16", "avx2-emulated", "avx2", "avx512")
 GPU_MODELS = {"smollm2": "", "dummy-llama-3.1-8b": "the 8B shape"}
 
 
@@ -34,7 +35,8 @@ def cpu_class(cpu: dict) -> str:
     >>> cpu_class({"isa": "AVX-512 with bf16", "emulated": None}), cpu_class({"isa": "AVX2", "emulated": "avx2"})
     ('avx512-bf16', 'avx2-emulated')
     """
-    name = {"AVX-512 with bf16": "avx512-bf16", "AVX-512": "avx512", "AVX2": "avx2"}.get(cpu["isa"], "other")
+    name = {"AVX-512 with AMX": "amx-bf16", "AVX-512 with bf16": "avx512-bf16", "AVX-512": "avx512",
+            "AVX2": "avx2"}.get(cpu["isa"], "other")
     return f"{name}-emulated" if cpu.get("emulated") else name
 
 
@@ -47,8 +49,8 @@ def describe_cpu(cpu: dict, day: str) -> str:
     """
     model = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", "", cpu["model"])
     model = " ".join(model.split())
-    isa = {"AVX-512 with bf16": "AVX-512 BF16", "AVX-512": "AVX-512 but no BF16", "AVX2": "AVX2 only"}.get(
-        cpu["isa"], cpu["isa"])
+    isa = {"AVX-512 with AMX": "AVX-512 and AMX", "AVX-512 with bf16": "AVX-512 BF16",
+           "AVX-512": "AVX-512 but no BF16", "AVX2": "AVX2 only"}.get(cpu["isa"], cpu["isa"])
     where = f"{model} limited to AVX2 with `VLLM_COURSE_CPU_ISA={cpu['emulated']}`" if cpu.get("emulated") else model
     return f"a {cpu['cores']}-core CPU with {isa} ({where}, {cpu['dtype']}; {day})"
 

@@ -84,6 +84,8 @@ def test_the_sentence_replaces_an_older_one_or_ends_the_first_cell():
 @pytest.mark.parametrize(("cpu", "name", "words"), [
     ({"model": "AMD EPYC", "cores": 2, "isa": "AVX-512 with bf16", "emulated": None, "dtype": "bfloat16"},
      "avx512-bf16", "a 2-core CPU with AVX-512 BF16 (AMD EPYC, bfloat16; 2026-12-04)"),
+    ({"model": "Intel(R) Xeon(R) Processor", "cores": 2, "isa": "AVX-512 with AMX", "emulated": None,
+      "dtype": "bfloat16"}, "amx-bf16", "a 2-core CPU with AVX-512 and AMX (Intel Xeon, bfloat16; 2026-12-04)"),
     ({"model": "AMD EPYC", "cores": 2, "isa": "AVX2", "emulated": "avx2", "dtype": "float32"}, "avx2-emulated",
      "a 2-core CPU with AVX2 only (AMD EPYC limited to AVX2 with `VLLM_COURSE_CPU_ISA=avx2`, float32; 2026-12-04)"),
     ({"model": "Intel(R) Xeon(R) Processor @ 2.80GHz", "cores": 2, "isa": "AVX-512", "emulated": None,

@@ -31,7 +31,8 @@ SAPPHIRE = "model name\t: Intel Xeon 8488C\nflags\t\t: avx2 avx512f avx512_bf16 
 @pytest.mark.parametrize("text, isa, bf16, fp16", [
     (ZEN4, "AVX-512 with bf16", True, False),
     (ZEN2, "AVX2", False, False),
-    (SAPPHIRE, "AVX-512 with bf16", True, True),
+    (SAPPHIRE, "AVX-512 with AMX", True, True),
+    (SAPPHIRE.replace(" amx_tile", ""), "AVX-512 with bf16", True, True),
     ("", "no AVX2", False, False),
 ])
 def test_cpu_class_comes_from_the_flags(monkeypatch, text, isa, bf16, fp16):
