@@ -12,7 +12,8 @@ course's server at ``max_num_seqs`` 64 and 8 and measures:
 It also checks that the emulation reaches vLLM's kernels: which of vLLM's kernel libraries
 (``_C``, ``_C_AVX512``, ``_C_AVX2``) each server process loaded, and whether oneDNN fell back
 ("Failed to create oneDNN linear") in the log. Results go to one JSON file per class in
-``--out`` (default ``build/cpu-classes``); the committed ones are in ``results/cpu/classes/``:
+``--out`` (default ``build/cpu-classes``; ``amx.json`` for this machine as it is where it has AMX); the committed
+ones are in ``results/cpu/classes/``:
 
     .venv/bin/python scripts/bench_cpu_classes.py --out results/cpu/classes
 
@@ -85,7 +86,9 @@ def main() -> None:
                   "workload": {"num_requests": args.num_requests, "prompt_lens": list(LAB_PROMPT_LENS),
                                "output_tokens": args.output_tokens, "sent": "all at once"},
                   "runs": rows}
-        write_atomically(out / f"{cpu_class}.json", json.dumps(result, indent=1) + "\n")
+        # a CPU with AMX is a class of its own (helpers.hardware.CPUInfo.amx): its file must not replace native.json's
+        stem = "amx" if cpu_class == "native" and detect_cpu().amx else cpu_class
+        write_atomically(out / f"{stem}.json", json.dumps(result, indent=1) + "\n")
         print_table(result)
 
 

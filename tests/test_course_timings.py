@@ -105,7 +105,8 @@ def test_the_readme_and_the_instructor_guide_quote_each_recorded_cpu_run():
     columns = [cell.strip() for cell in header.strip("|").split("|")]
     guide_rows = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
     order = [path.name for path in course_notebooks()]
-    words = {"avx512-bf16": "AVX-512 BF16", "avx2-emulated": "AVX2 only", "avx512": "AVX-512 without BF16"}
+    words = {"avx512-bf16": "AVX-512 BF16", "amx-bf16": "AVX-512 and AMX", "avx2-emulated": "AVX2 only",
+             "avx512": "AVX-512 without BF16"}
     for run in course_timings.cpu_runs():
         seconds = [round(run["notebooks"][name]) for name in order]
         kind = course_timings.cpu_class(run["cpu"])
