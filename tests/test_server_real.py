@@ -315,6 +315,21 @@ def test_float16_on_a_cpu_without_it_is_refused_with_the_dtype_to_use(dtype):
     assert time.monotonic() - began < 5 and set(running_servers()) == before
 
 
+def test_float16_on_a_cpu_with_it_is_served_in_float16():
+    """The other side of the refusal above: a CPU with AVX-512 FP16 (Sapphire Rapids and later) is let through."""
+    from helpers.hardware import detect_cpu
+
+    if detect_device() == "cuda" or not detect_cpu().native_fp16:
+        pytest.skip("this machine has no float16 arithmetic: the refusal above is its case")
+    with start_server(dtype="half", max_num_seqs=4, quiet=True) as half:
+        assert (half.kv_cache.dtype, half.kv_cache.bytes_per_value) == ("float16", 2)
+        assert half.launch.argv[half.launch.argv.index("--dtype") + 1] == "float16"
+        reply = half.client().chat.completions.create(
+            model=half.model_name, messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=8, temperature=0)
+        assert reply.choices[0].message.content.strip()
+
+
 def test_the_step_budget_is_read_from_the_log_and_the_kv_pool_checks_by_hand_exactly(server):
     from helpers.paged.kv_math import check_pool, kv_bytes_per_token, load_config
     from helpers.serve.budget import VLLM_UNLOGGED_DEFAULT, step_budget
