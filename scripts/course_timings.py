@@ -27,6 +27,9 @@ LEAD = "Time to run, every cell as `make course` runs it:"
 # float32 ones
 CLASSES = ("avx512-bf16", "amx-bf16", "avx2-emulated", "avx2", "avx512")
 GPU_MODELS = {"smollm2": "", "dummy-llama-3.1-8b": "the 8B shape"}
+# each class as helpers.hardware.CPUInfo.isa names it: the file its runs are kept in, and how a sentence names it
+ISA_CLASSES = {"AVX-512 with AMX": ("amx-bf16", "AVX-512 and AMX"), "AVX-512 with bf16": ("avx512-bf16", "AVX-512 BF16"),
+               "AVX-512": ("avx512", "AVX-512 but no BF16"), "AVX2": ("avx2", "AVX2 only")}
 
 
 def cpu_class(cpu: dict) -> str:
@@ -35,8 +38,7 @@ def cpu_class(cpu: dict) -> str:
     >>> cpu_class({"isa": "AVX-512 with bf16", "emulated": None}), cpu_class({"isa": "AVX2", "emulated": "avx2"})
     ('avx512-bf16', 'avx2-emulated')
     """
-    name = {"AVX-512 with AMX": "amx-bf16", "AVX-512 with bf16": "avx512-bf16", "AVX-512": "avx512",
-            "AVX2": "avx2"}.get(cpu["isa"], "other")
+    name = ISA_CLASSES[cpu["isa"]][0] if cpu["isa"] in ISA_CLASSES else "other"
     return f"{name}-emulated" if cpu.get("emulated") else name
 
 
@@ -49,8 +51,7 @@ def describe_cpu(cpu: dict, day: str) -> str:
     """
     model = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b", "", cpu["model"])
     model = " ".join(model.split())
-    isa = {"AVX-512 with AMX": "AVX-512 and AMX", "AVX-512 with bf16": "AVX-512 BF16",
-           "AVX-512": "AVX-512 but no BF16", "AVX2": "AVX2 only"}.get(cpu["isa"], cpu["isa"])
+    isa = ISA_CLASSES[cpu["isa"]][1] if cpu["isa"] in ISA_CLASSES else cpu["isa"]
     where = f"{model} limited to AVX2 with `VLLM_COURSE_CPU_ISA={cpu['emulated']}`" if cpu.get("emulated") else model
     return f"a {cpu['cores']}-core CPU with {isa} ({where}, {cpu['dtype']}; {day})"
 
