@@ -1,16 +1,18 @@
-"""Does the server's prefill clock agree with the client's? Lone prompts timed on both at once.
+"""Does the server's prefill clock agree with the client's? Prefills timed on both at once, alone and in groups.
 
 Notebook 04 fits the prefill term of its step clock from two lone prompts timed on vLLM's
-``request_prefill_time_seconds``. On the H200 (vLLM 0.26, 2026-12-05) that clock read 0.98 us a prompt
-token on Llama-3.1-8B's shape, too little for an 8B model by an order of magnitude, and nothing at all on
-8-slot servers (``results/gpu/README.md``). This script starts one server, sends lone prompts of each
-``--lengths`` (one output token each, ``--repeats`` times, the order flipped every repeat), and prints
-each length's median on the server's clock and on the client's time to first token, with each clock's
-slope between the shortest and the longest. It writes them, with the machine and the raw timings, to
-``--out`` (default ``build/prefill_clocks.json``).
+``request_prefill_time_seconds``. On the H200 (vLLM 0.26, 2026-12-05) that clock read 0.8 ms for 768 more
+prompt tokens on Llama-3.1-8B's shape; this script's first GPU run showed the client's clock reading the same
+(``results/gpu/README.md``): a lone prompt of 256-1,536 tokens takes 31-38 ms there whatever its length.
+This script starts one server, sends prompts of each ``--lengths`` alone and in each ``--groups`` size at
+once (one output token each, ``--repeats`` times, the order flipped every repeat), and prints each shape's
+median on the server's clock and on the client's (the group's last first token), with each clock's slope
+between the fewest and the most prompt tokens. It writes them, with the machine, the server's step budget
+and the raw timings, to ``--out`` (default ``build/prefill_clocks.json``).
 
     .venv/bin/python scripts/bench_prefill_clocks.py --max-num-seqs 64 --lengths 32,256,1024,1536
     VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/bench_prefill_clocks.py   # on a GPU
+    ... --lengths 1024 --groups 1,2,8   # one prompt against groups that fill a GPU's step budget (8,192)
 
 One server start; run it with no other vLLM server on the machine.
 """
@@ -24,15 +26,16 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from helpers.batching.prefill_clocks import CLOCKS, time_lone_prompts
+from helpers.batching.prefill_clocks import CLOCKS, time_prefills
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine
 from helpers.paths import build_dir
+from helpers.serve.budget import step_budget
 from helpers.serve.server import VLLMServer
 
 
-async def measure(max_num_seqs: int, lengths: list[int], repeats: int) -> dict:
-    """Start the server, time the lone prompts, stop it; the result as JSON data. Prompts that would not fit the
+async def measure(max_num_seqs: int, lengths: list[int], repeats: int, groups: list[int]) -> dict:
+    """Start the server, time the prefills, stop it; the result as JSON data. Prompts that would not fit the
     server's max_model_len are refused before it starts."""
     server = VLLMServer(max_num_seqs=max_num_seqs)
     too_long = [n for n in lengths if n >= server.config.max_model_len]
@@ -40,15 +43,28 @@ async def measure(max_num_seqs: int, lengths: list[int], repeats: int) -> dict:
         raise SystemExit(f"--lengths {too_long} do not fit max_model_len={server.config.max_model_len} with "
                          "their one output token: pass shorter prompts.")
     with server.start(quiet=True):
-        clocks = await time_lone_prompts(server, lengths, repeats)
+        budget = step_budget(server.log_text())
+        print(f"step budget: {budget or 'not in the log'}", flush=True)
+        clocks = await time_prefills(server, lengths, repeats, groups=groups)
         print(clocks.table(), flush=True)
         if clocks.failed:
-            print(f"{clocks.failed} request(s) failed and are left out; the server's log: {server.log_path}")
+            print(f"{clocks.failed} send(s) had a failed request and are left out; the server's log: {server.log_path}")
         return {"model": server.model_name, "device": server.device, "max_num_seqs": max_num_seqs,
+                "step_budget_tokens": budget.tokens if budget else None,
                 "ready_s": round(server.startup_seconds, 1),
                 "slope_us_a_token": {clock: None if (s := clocks.slope_s(clock)) is None else round(s * 1e6, 3)
                                      for clock in CLOCKS},
                 "timings_s": asdict(clocks)}
+
+
+def _positive_list(parser: argparse.ArgumentParser, name: str, text: str) -> list[int]:
+    try:
+        values = sorted({int(n) for n in text.split(",")})
+    except ValueError:
+        parser.error(f"{name} takes positive whole numbers, comma-separated (e.g. 32,1024); got {text!r}")
+    if values[0] < 1:
+        parser.error(f"{name} takes positive whole numbers; got {text!r}")
+    return values
 
 
 def main() -> None:
@@ -56,19 +72,26 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--lengths", default="32,256,1024,1536", help="prompt lengths in tokens, comma-separated")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--groups", default="1", help="how many prompts of each length go at once, comma-separated")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    try:
-        lengths = sorted({int(n) for n in args.lengths.split(",")})
-    except ValueError:
-        parser.error(f"--lengths takes prompt lengths in tokens, comma-separated (e.g. 32,1024); got {args.lengths!r}")
-    if len(lengths) < 2 or lengths[0] < 1 or args.repeats < 1 or args.max_num_seqs < 1:
-        parser.error("--lengths takes two or more positive lengths; --repeats and --max-num-seqs at least 1")
+    lengths, groups = (_positive_list(parser, name, text) for name, text in (("--lengths", args.lengths),
+                                                                            ("--groups", args.groups)))
+    if len(lengths) * len(groups) < 2 or args.repeats < 1 or args.max_num_seqs < 1:
+        parser.error("--lengths and --groups must make two or more shapes to compare (e.g. --lengths 32,1024, or "
+                     "--lengths 1024 --groups 1,8); --repeats and --max-num-seqs at least 1")
+    if groups[-1] > args.max_num_seqs:
+        parser.error(f"--groups {groups[-1]} is more prompts than --max-num-seqs {args.max_num_seqs} runs at once: "
+                     "the rest would wait, and the wait is not a prefill")
+    totals = [length * group for group in groups for length in lengths]
+    if len(set(totals)) < len(totals):
+        parser.error(f"two shapes of --lengths {lengths} and --groups {groups} make the same number of prompt tokens: "
+                     "pick lengths and group sizes whose products differ")
     machine = describe_machine()
-    print(f"{machine}: lone prompts of {lengths} tokens, {args.repeats} times each", flush=True)
+    print(f"{machine}: prompts of {lengths} tokens in groups of {groups}, {args.repeats} times each", flush=True)
     result = {"machine": machine, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "lengths": lengths, "repeats": args.repeats,
-              **asyncio.run(measure(args.max_num_seqs, lengths, args.repeats))}
+              "lengths": lengths, "groups": groups, "repeats": args.repeats,
+              **asyncio.run(measure(args.max_num_seqs, lengths, args.repeats, groups))}
     out = args.out or build_dir() / "prefill_clocks.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, json.dumps(result, indent=1) + "\n")

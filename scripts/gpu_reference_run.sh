@@ -16,8 +16,9 @@
 #       the same decode batches timed on 8-slot and 64-slot servers), "lab-pairs" (scripts/bench_lab_pairs.py: the
 #       lab's loads in alternating pairs on an 8-slot and a 64-slot server up at once, against notebook 04's
 #       prediction; LAB_PAIRS_ARGS adds to its arguments), "prefill-clocks" / "prefill-clocks-dummy"
-#       (scripts/bench_prefill_clocks.py: lone prompts timed on the server's clock and the client's at once, on
-#       SmolLM2 / the 8B shape; PREFILL_CLOCKS_ARGS adds to its arguments, e.g. "--max-num-seqs 8") or a notebook path
+#       (scripts/bench_prefill_clocks.py: prompts alone and in groups timed on the server's clock and the client's at
+#       once, on SmolLM2 / the 8B shape; PREFILL_CLOCKS_ARGS adds to its arguments, e.g. "--max-num-seqs 8", or
+#       "--lengths 256,1024 --groups 1,8" for prefills that fill a GPU's step budget) or a notebook path
 #   SWEEP_SETTINGS="1 2 4 16 32"   the sweep's max_num_seqs values (default: all of them)
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the

@@ -1,15 +1,19 @@
-"""Lone prompts' prefill timed on two clocks at once: the server's and the client's.
+"""Prefills timed on two clocks at once: the server's and the client's.
 
 Notebook 04 times its prefill pair (a long and a short prompt, each alone) on the server's clock,
 vLLM's ``request_prefill_time_seconds`` (from the engine scheduling the request to its first token),
 because on a 2-core CPU the client can be starved of CPU and see tokens late. On the H200 (vLLM 0.26,
-2026-12-05) that clock read almost no difference between the two prompts: 0.8 ms for the 768 extra
-tokens of a 1,024- against a 256-token prompt on Llama-3.1-8B's shape, where about 15 GFLOP a token
-makes at least 12 ms at the GPU's dense bf16 peak, and nothing at all on 8-slot servers
-(``results/gpu/README.md``). :func:`time_lone_prompts` sends lone prompts of several lengths and reads
-both clocks around each one, so the two can be compared on any machine: the client's time to first
-token holds the server's prefill and adds what every request pays alike (HTTP, the API server, the
-queue), so the slope between lengths should agree where both clocks are right.
+2026-12-05) that clock read 0.8 ms for the 768 extra tokens of a 1,024- against a 256-token prompt on
+Llama-3.1-8B's shape, where about 16 GFLOP a token makes at least 12 ms at the GPU's dense bf16 peak.
+:func:`time_prefills` reads both clocks around each prefill, so the two can be compared on any machine:
+the client's time to first token holds the server's prefill and adds what every request pays alike
+(HTTP, the API server, the queue), so the slope between lengths agrees where both clocks are right.
+
+They agree, on the course's 2-core EPYC (2,824 against 2,828 us a prompt token) and on the H200 (the
+same flat middle on both clocks: a lone prompt of 256-1,536 tokens takes 31-38 ms whatever its length,
+on SmolLM2 as on the 8B's shape). A lone prompt there is held to a fixed floor, not to the GPU's
+arithmetic; ``groups`` sends several prompts at once, so that a prefill can fill the server's step budget
+and be timed where the arithmetic is the limit.
 
 Used by ``scripts/bench_prefill_clocks.py``.
 """
@@ -36,7 +40,7 @@ class PrefillClocks:
 
     server: dict[int, list[float | None]] = field(default_factory=dict)
     client: dict[int, list[float]] = field(default_factory=dict)
-    failed: int = 0  # requests that failed (left out)
+    failed: int = 0  # sends (a prompt or a group) with a failed request (left out)
 
     def median_s(self, clock: str, length: int) -> float | None:
         """The median of one clock's timings of one length, or None where it has none.
@@ -80,26 +84,43 @@ class PrefillClocks:
         return "\n".join(rows)
 
 
-async def time_lone_prompts(server: Any, lengths: Sequence[int] = (256, 1024), repeats: int = 3,
-                            seed: int = 0) -> PrefillClocks:
-    """Send each prompt length alone, one output token, ``repeats`` times (the order of lengths flipped every
-    repeat, so a slow spell lands on all of them), and time each on the server's and the client's clock.
+async def time_prefills(server: Any, lengths: Sequence[int] = (256, 1024), repeats: int = 3, seed: int = 0,
+                        groups: Sequence[int] = (1,)) -> PrefillClocks:
+    """Send each prompt length in each group size (1: alone; 8: eight prompts of that length at once), one output
+    token each, ``repeats`` times (the order of shapes flipped every repeat, so a slow spell lands on all of them),
+    and time each on the server's and the client's clock, keyed by the group's prompt tokens (length x group size).
 
-    A short warm-up request goes first and is not counted. Bounded: ``len(lengths) * repeats + 1`` requests, one
-    at a time, to the server given (127.0.0.1 in the course). Prompts are random token ids: the prefix cache has
-    never seen them."""
+    The client's time is the group's last first token after its send; the server's, the mean over the group's
+    requests of vLLM's scheduled-to-first-token time (a group the engine splits over two steps reads less there than
+    on the client's clock). A group that fills the server's step budget times the prefill where the GPU's arithmetic
+    is the limit: on the H200 a lone prompt of 256-1,536 tokens is not (``results/gpu/README.md``, 2026-12-05).
+
+    Every shape is sent once first, untimed (one-time costs of a new step size), after a short warm-up request.
+    Bounded: ``len(lengths) * len(groups) * (repeats + 1) + 1`` sends, one at a time, of at most ``max(groups)``
+    requests, to the server given (127.0.0.1 in the course). Prompts are random token ids: the prefix cache has never
+    seen them. Two shapes with the same total (512 x 2 and 1,024 alone) are refused: their timings would share a key."""
     lengths = validate.positive_ints(lengths, "lengths", hint="They are prompt lengths in tokens, e.g. (256, 1024).")
+    groups = validate.positive_ints(groups, "groups", hint="They are how many prompts go at once, e.g. (1, 8).")
     repeats = validate.positive_int(repeats, "repeats")
+    shapes = [(length, group) for group in groups for length in lengths]
+    totals = [length * group for length, group in shapes]
+    if len(set(totals)) < len(totals):
+        raise validate.InvalidArgumentError(
+            f"two shapes of lengths {list(lengths)} in groups {list(groups)} make the same number of prompt tokens: "
+            "pick lengths and group sizes whose products differ.")
     rng = np.random.default_rng(seed)
     await _send(server, _specs([16], [2], rng), "warm-up")
+    for length, group in shapes:
+        await _send(server, _specs([length] * group, [1] * group, rng), f"warm-up {group} x {length} tokens")
     clocks = PrefillClocks()
     for repeat in range(repeats):
-        for length in (lengths if repeat % 2 == 0 else list(reversed(lengths))):
-            (record,), server_s = await send_on_server_clock(server, _specs([length], [1], rng),
-                                                              f"prefill {length} tokens", "request_prefill_time_seconds")
-            if not record.ok or record.ttft_s is None:
+        for length, group in (shapes if repeat % 2 == 0 else list(reversed(shapes))):
+            batch, server_s = await send_on_server_clock(server, _specs([length] * group, [1] * group, rng),
+                                                         f"prefill {group} x {length} tokens",
+                                                         "request_prefill_time_seconds")
+            if not all(record.ok and record.ttft_s is not None for record in batch):
                 clocks.failed += 1
                 continue
-            clocks.server.setdefault(length, []).append(server_s)
-            clocks.client.setdefault(length, []).append(record.ttft_s)
+            clocks.server.setdefault(length * group, []).append(server_s)
+            clocks.client.setdefault(length * group, []).append(max(record.ttft_s for record in batch))
     return clocks
