@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 
 import pytest
 
@@ -173,6 +174,18 @@ def test_a_change_smaller_than_the_noise_is_called_noise():
 def test_the_change_sentence_quotes_both_numbers():
     text = describe_change(measurement("8", e2e=4.0, ttft=2.0), measurement("64", e2e=2.0, ttft=0.5))
     assert "8 -> 64" in text and "10 -> 20 output tok/s" in text and "4.0 -> 2.0 s" in text
+
+
+def test_repeated_runs_whose_ranges_overlap_are_called_noise_and_their_ranges_are_quoted():
+    slow, fast = measurement("defaults", e2e=4.0, ttft=2.0), measurement("command", e2e=2.0, ttft=0.5)
+    apart = describe_change(replace(slow, runs_tok_s=(9.0, 10.0, 11.0)), replace(fast, runs_tok_s=(19.0, 20.0, 24.0)))
+    assert "throughput 2.00x (up 100%)" in apart and "10 -> 20 output tok/s; runs 9-11 -> 19-24)" in apart
+    meet = describe_change(replace(slow, runs_tok_s=(9.0, 10.0, 19.5)), replace(fast, runs_tok_s=(19.0, 20.0, 24.0)))
+    assert "throughput 2.00x (within the run-to-run noise: the runs' ranges overlap)" in meet
+    row = checklist([(replace(slow, runs_tok_s=(9.0, 10.0, 19.5)), replace(fast, runs_tok_s=(19.0, 20.0)))])
+    assert "ranges overlap" in row
+    once = describe_change(slow, fast)  # a CPU's single runs: no ranges, the fixed band
+    assert "runs" not in once and "(up 100%)" in once
 
 
 def test_the_checklist_has_one_row_per_lever_with_the_measured_numbers():

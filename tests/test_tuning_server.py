@@ -12,14 +12,17 @@ import asyncio
 import pytest
 
 from helpers.hardware import detect_device
-from helpers.load.poller import cache_config_info
+from helpers.load.poller import cache_config_info, scrape
+from helpers.load.warmup import needs_warm_up
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB
 from helpers.serve.server import start_server
 from helpers.tuning.arithmetic import ideal_prefix_hits
 from helpers.tuning.measure import (
+    GPU_REPEATS,
     cpu_supports_fp8_kv,
     kv_pool_bytes,
     measure,
+    repeats_for,
     shared_prefix_tokens,
 )
 from helpers.tuning.workloads import shared_prefix_workload
@@ -56,6 +59,24 @@ def test_requests_behind_one_system_prompt_hit_the_prefix_cache_in_whole_blocks(
     assert all(r.ok for r in m.run.records), [r.error for r in m.run.records]
     assert m.prefix_cache_queries == m.summary.prompt_tokens_total
     assert m.prefix_cache_hits == ideal_prefix_hits(4, shared, block)
+
+
+def test_a_repeated_load_keeps_its_median_run_and_sends_fresh_prompts_each_time(server):
+    assert repeats_for(server) == (GPU_REPEATS if server.device == "cuda" else 1)
+    block = server.kv_cache.block_size
+    workload = shared_prefix_workload(server, num_requests=3, system_tokens=2 * block + 20, question_tokens=12,
+                                      output_tokens=4)
+    shared = shared_prefix_tokens(server, workload)
+    hits_before = scrape(server).prefix_cache_hits
+    m = asyncio.run(asyncio.wait_for(measure(server, workload, lever="prefix caching", setting="on",
+                                             progress=False, timeout_s=120, repeats=3), 300))
+    assert m.failure is None and len(m.runs_tok_s) == 3 and all(v > 0 for v in m.runs_tok_s)
+    assert m.spread == (min(m.runs_tok_s), max(m.runs_tok_s))
+    assert m.summary.output_tok_per_s == sorted(m.runs_tok_s)[1]  # the median run is the measurement, whole
+    # each repeat's system prompt is new: the first request of every run computes it (a reused one would hit);
+    # a GPU server's untimed warm-up is one more such run
+    loads = 3 + (1 if needs_warm_up(server) else 0)
+    assert scrape(server).prefix_cache_hits - hits_before == loads * ideal_prefix_hits(3, shared, block)
 
 
 @pytest.mark.skipif(not (ON_CPU and cpu_supports_fp8_kv()), reason="needs the CPU build on a CPU with AVX-512 or AMX")

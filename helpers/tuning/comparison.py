@@ -74,13 +74,16 @@ def compare_measurements(before: Any, after: Any) -> Change:
     )
 
 
-def describe_ratio(ratio: float | None, what: str, noise: float = NOISE) -> str:
-    """A ratio in words, treating a change smaller than ``noise`` as no finding.
+def describe_ratio(ratio: float | None, what: str, noise: float = NOISE, overlapping: bool = False) -> str:
+    """A ratio in words, treating a change smaller than ``noise``, or one whose repeated runs' ranges
+    overlap (``overlapping``), as no finding.
 
     >>> describe_ratio(1.8, "throughput"), describe_ratio(0.5, "p95 latency")
     ('throughput 1.80x (up 80%)', 'p95 latency 0.50x (down 50%)')
     >>> describe_ratio(1.1, "throughput")
     'throughput 1.10x (within the run-to-run noise of about 25%)'
+    >>> describe_ratio(1.4, "throughput", overlapping=True)
+    "throughput 1.40x (within the run-to-run noise: the runs' ranges overlap)"
     >>> describe_ratio(None, "p95 latency")
     'p95 latency: not measured'
     """
@@ -89,13 +92,47 @@ def describe_ratio(ratio: float | None, what: str, noise: float = NOISE) -> str:
         return f"{what}: not measured"
     if abs(ratio - 1) < noise:
         return f"{what} {ratio:.2f}x (within the run-to-run noise of about {noise:.0%})"
+    if overlapping:
+        return f"{what} {ratio:.2f}x (within the run-to-run noise: the runs' ranges overlap)"
     return f"{what} {ratio:.2f}x ({'up' if ratio > 1 else 'down'} {abs(ratio - 1):.0%})"
+
+
+def spreads_overlap(before: Any, after: Any) -> bool:
+    """Whether both sides ran their load more than once and the ranges of their output tok/s meet."""
+    a, b = getattr(before, "spread", None), getattr(after, "spread", None)
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def describe_spreads(before: Any, after: Any) -> str:
+    """``"; runs 10,900-12,000 -> 19,800-20,600"``: each side's range of output tok/s over its repeated runs, or
+    "" where neither side repeated its load.
+
+    >>> from dataclasses import replace
+    >>> from helpers.tuning.measurement import Measurement
+    >>> m = Measurement.not_run("KV pool", "2 GiB", "x")
+    >>> describe_spreads(replace(m, runs_tok_s=(900.0, 1200.0)), replace(m, runs_tok_s=(2000.0,)))
+    '; runs 900-1,200 -> 2,000'
+    >>> describe_spreads(m, m)
+    ''
+    """
+    def one(m: Any) -> str:
+        values = getattr(m, "runs_tok_s", ())
+        if not values:
+            return "-"
+        low, high = min(values), max(values)
+        return f"{low:,.0f}" if len(values) == 1 else f"{low:,.0f}-{high:,.0f}"
+
+    if getattr(before, "spread", None) is None and getattr(after, "spread", None) is None:
+        return ""
+    return f"; runs {one(before)} -> {one(after)}"
 
 
 def describe_change(before: Any, after: Any) -> str:
     """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers.
 
-    A number that could not be measured (every request of a run failed) reads "-", and
+    Where a load ran more than once (on a GPU), the throughput names each side's range over its runs and
+    calls the change noise where the ranges overlap. A number that could not be measured (every request of a run
+    failed) reads "-", and
     failed requests are counted in words at the end, with their errors. A side that was not
     measured (None, not run, or cut short by its server dying) is not compared: its numbers
     read "-" and the sentence ends with what happened to it.
@@ -113,8 +150,9 @@ def describe_change(before: Any, after: Any) -> str:
         return f"{before.lever} {before.setting} -> {after.setting}: not compared.{failures}{measured}{caution}"
     b, a, c = before.summary, after.summary, compare_measurements(before, after)
     return (f"{before.lever} {before.setting} -> {after.setting}: "
-            f"{describe_ratio(c.throughput_ratio, 'throughput')} "
-            f"({arrow(b.output_tok_per_s, a.output_tok_per_s, '.0f')} output tok/s), "
+            f"{describe_ratio(c.throughput_ratio, 'throughput', overlapping=spreads_overlap(before, after))} "
+            f"({arrow(b.output_tok_per_s, a.output_tok_per_s, '.0f')} output tok/s"
+            f"{describe_spreads(before, after)}), "
             f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')} "
             f"({arrow(b.e2e_p95_s, a.e2e_p95_s, '.1f', missing_one=True)} s), "
             f"{describe_ratio(c.ttft_p50_ratio, 'median TTFT')} "

@@ -48,6 +48,9 @@ class Measurement:
     # why the run is not a measurement of the setting: "server died: exit code -9" (what finished
     # before is kept), "not run: ..." (nothing was measured); None for a run that went to its end
     failure: str | None = None
+    # output tok/s of every run of the load on this server (``run`` is the median one); one value, or
+    # none, where the load ran once
+    runs_tok_s: tuple[float, ...] = ()
 
     @classmethod
     def not_run(cls, lever: str, setting: str, reason: str) -> Measurement:
@@ -76,6 +79,16 @@ class Measurement:
         s = self.summary
         return (f"{self.setting}: {self.failure}; {s.num_ok} of {s.num_requests} requests finished before it "
                 f"(kept), the other {s.num_errors} count as failed.")
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """The lowest and highest output tok/s of the repeated runs; None where the load ran once.
+
+        >>> m = Measurement.not_run("KV pool", "2 GiB", "x")
+        >>> m.spread, replace(m, runs_tok_s=(9.0, 12.0, 10.0)).spread
+        (None, (9.0, 12.0))
+        """
+        return (min(self.runs_tok_s), max(self.runs_tok_s)) if len(self.runs_tok_s) > 1 else None
 
     @property
     def summary(self) -> RunSummary:

@@ -17,7 +17,7 @@ from typing import Any
 
 from helpers import validate
 from helpers.tuning.arithmetic import MemoryRow
-from helpers.tuning.comparison import NOISE, arrow, compare_measurements, describe_ratio, stand_in
+from helpers.tuning.comparison import NOISE, arrow, compare_measurements, describe_ratio, spreads_overlap, stand_in
 
 
 def memory_table(rows: Sequence[MemoryRow], request_len: int = 2048) -> str:
@@ -54,7 +54,9 @@ def _verdict(before: Any, after: Any, noise: float) -> str:
         why = "; ".join(f"{m.setting} {m.failure}" for m in (before, after) if not m.comparable)
         return f"not compared: {why}{shared}"
     c = compare_measurements(before, after)
-    return (f"{describe_ratio(c.throughput_ratio, 'throughput', noise)}; {describe_ratio(c.e2e_p95_ratio, 'p95', noise)}"
+    overlapping = spreads_overlap(before, after)
+    return (f"{describe_ratio(c.throughput_ratio, 'throughput', noise, overlapping)}; "
+            f"{describe_ratio(c.e2e_p95_ratio, 'p95', noise)}"
             f"{shared}{_failed_note(before.summary, after.summary)}")
 
 
