@@ -5,7 +5,7 @@
 #   stage PARTNN            copy a carried .devkit/PARTNN (made by the shared stage_vllm_device_wheels.py) to /tmp/stage
 #   start "STEPS" [VAR=VAL ...]   unpack the staged vLLM once, copy the checkout to /tmp/course, run the steps there
 #   wait                    wait for the running job
-# In every mode: WAIT_S (default 560) bounds the wait; $OUT gets job.log and gpu.tgz (build/gpu and build/tuning).
+# start and wait: WAIT_S (default 560) bounds the wait; $OUT gets job.log and gpu.tgz (build/gpu and build/tuning).
 set -uo pipefail
 began=$(date +%s)
 mode=${1:?stage PART | start STEPS [VAR=VAL ...] | wait}; shift
