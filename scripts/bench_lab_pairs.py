@@ -51,7 +51,8 @@ async def clock_of(server, batch_sizes: tuple[int, ...], output_len: int):
     """The server's own step clock, timed as notebook 04 times it."""
     pair = prefill_pair_for(server)
     data = await measure_step_times(server, batch_sizes=batch_sizes, output_len=output_len, prompt_len=256,
-                                    prefill_len=pair.long, short_prefill_len=pair.short, repeats=3)
+                                    prefill_len=pair.long, short_prefill_len=pair.short, long_group=pair.long_group,
+                                    repeats=3)
     return data.fit(), data.measurements
 
 

@@ -69,3 +69,16 @@ def test_a_running_servers_pair_comes_from_its_log_and_kv_report():
     assert prefill_pair_for(_Server(log, 2048)).lens == (256, 1024)
     assert prefill_pair_for(_Server((LOGS / "ready_cpu.log").read_text(), 2048)).lens == DEFAULT_PREFILL_PAIR
     assert "prefill of a 1024- against a 256-token prompt" in prefill_pair_for(_Server(log, None)).describe()
+
+
+def test_on_a_gpu_the_long_side_is_a_group_that_fills_the_step_budget_up_to_the_cap():
+    log = ("non-default args: {'max_num_seqs': 64} ... Chunked prefill is enabled with max_num_batched_tokens=8192. "
+           "... 'max_cudagraph_capture_size': 128, ...")
+    gpu = _Server(log, 2048)
+    gpu.device, gpu.config = "cuda", type("Config", (), {"max_num_seqs": 64})()
+    pair = prefill_pair_for(gpu)
+    assert (pair.lens, pair.long_group) == ((256, 1024), 8)
+    assert "prefill of 8 x 1024-token prompts at once (8,192 tokens) against a 256-token prompt alone" in pair.describe()
+    gpu.config.max_num_seqs = 2  # a group never waits for a slot
+    assert prefill_pair_for(gpu).long_group == 2
+    assert prefill_pair_for(_Server(log, 2048)).long_group == 1  # not a GPU: lone prompts, as on a CPU

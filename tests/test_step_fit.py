@@ -37,19 +37,22 @@ class FakeLoadTester:
     (at its arrival_s), or `prefill_s(prompt tokens)` after when given, and one more every
     `step_s`; or it fails with `fail`. `server_totals`, when given, grows like vLLM's histograms."""
 
-    def __init__(self, step_s=0.01, fail=None, prefill_s=None, server_totals=None):
+    def __init__(self, step_s=0.01, fail=None, prefill_s=None, server_totals=None, group_prefill_s=None):
         self.step_s, self.fail, self.prefill_s, self.totals = step_s, fail, prefill_s, server_totals
+        self.group_prefill_s = group_prefill_s  # prompts sent together: first tokens after f(their tokens together)
         self.specs = []  # every RequestSpec sent, in order
 
     async def __call__(self, target, workload, **options):
         records = []
+        together = sum(spec.prompt_tokens for spec in workload.requests)
         for spec in workload.requests:
             self.specs.append(spec)
             if self.fail:
                 records.append(RequestRecord(spec.index, error=self.fail, prompt_len=spec.prompt_tokens,
                                              send_s=spec.arrival_s))
                 continue
-            ttft = self.prefill_s(spec.prompt_tokens) if self.prefill_s else self.step_s
+            ttft = (self.group_prefill_s(together) if self.group_prefill_s and spec.max_tokens == 1 else
+                    self.prefill_s(spec.prompt_tokens) if self.prefill_s else self.step_s)
             records.append(RequestRecord(spec.index, ok=True, prompt_len=spec.prompt_tokens,
                                          output_tokens=spec.max_tokens, send_s=spec.arrival_s,
                                          ttft_s=ttft, e2e_s=ttft + self.step_s * (spec.max_tokens - 1)))
@@ -161,6 +164,34 @@ def test_the_prefill_is_timed_from_scheduled_to_first_token_on_the_servers_clock
     data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=512, repeats=1))
     assert data.clock == "server"
     assert data.fit().prefill_token_s == pytest.approx(3e-6)
+
+
+def test_a_group_of_long_prompts_is_timed_on_the_clients_clock_and_charged_its_tokens_together(fake_load, monkeypatch):
+    # A GPU-like prefill: a fixed 30 ms floor plus 20 us a token of everything sent together; the engine's own
+    # per-request clock (here 1 ms whatever the length) is not used for the pair when the long side is a group.
+    totals = ServerTotals(prefill_s=lambda tokens: 0.001)
+    fake = fake_load(step_s=0.002, group_prefill_s=lambda tokens: 0.030 + 2e-5 * tokens, server_totals=totals)
+
+    async def server_totals(target):
+        return dict(totals.values)
+
+    monkeypatch.setattr(measure, "_server_timer_totals", server_totals)
+    data = asyncio.run(measure_step_times(server(), batch_sizes=(1, 2), output_len=6, prefill_len=512,
+                                          short_prefill_len=32, long_group=4, repeats=1, more_repeats_within_s=0))
+    assert (data.clock, data.prefill_clock) == ("server", "client")
+    prefill = data.measurements[-1]
+    assert (prefill.label, prefill.num_prefill_tokens) == ("prefill 2048-32 tokens", 2016)
+    assert prefill.seconds == pytest.approx(2e-5 * 2016)
+    assert len(data.records["prefill 4 x 512 tokens"]) == 4 * measure.PREFILL_PAIRS  # four at once, three times
+    assert sum(s.prompt_tokens == 512 for s in fake.specs) == 4 * measure.PREFILL_PAIRS
+    assert data.fit().prefill_token_s == pytest.approx(2e-5, rel=0.05)
+
+
+def test_a_group_larger_than_the_servers_cap_is_refused_before_anything_is_sent(fake_load):
+    fake = fake_load()
+    with pytest.raises(ValueError, match="long_group=16 exceeds the server's max_num_seqs=8"):
+        asyncio.run(measure_step_times(server(8), batch_sizes=(1, 2), prefill_len=512, long_group=16))
+    assert fake.specs == []
 
 
 def test_a_fast_machine_gets_more_rounds_within_the_time_given_and_a_slow_one_exactly_the_repeats(fake_load):

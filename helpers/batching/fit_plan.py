@@ -145,11 +145,13 @@ DEFAULT_PREFILL_PAIR = (32, 512)  # the lab's longest prompt against a sixteenth
 
 @dataclass(frozen=True)
 class PrefillPair:
-    """The two prompt lengths whose prefill times are subtracted, and why these."""
+    """The two prefills whose times are subtracted, and why these: a short prompt alone against ``long_group``
+    prompts of ``long`` tokens sent at once."""
 
     short: int  # tokens
     long: int  # tokens
     reason: str  # one sentence, from the server's numbers
+    long_group: int = 1  # prompts of `long` tokens sent at once (a GPU: together they fill the step budget)
 
     @property
     def lens(self) -> tuple[int, int]:
@@ -158,11 +160,15 @@ class PrefillPair:
 
     def describe(self) -> str:
         """What the prefill row will time, for the notebook to print."""
+        if self.long_group > 1:
+            return (f"prefill of {self.long_group} x {self.long}-token prompts at once "
+                    f"({self.long_group * self.long:,} tokens) against a {self.short}-token prompt alone: {self.reason}")
         return f"prefill of a {self.long}- against a {self.short}-token prompt: {self.reason}"
 
 
 def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
-                        max_model_len: int | None = None) -> PrefillPair:
+                        max_model_len: int | None = None, on_gpu: bool = False,
+                        max_num_seqs: int | None = None) -> PrefillPair:
     """32 against 512 tokens, unless the server runs the short one in a CUDA graph: then both above its graphs.
 
     ``graph_tokens``: the largest step the server captured a CUDA graph for (0 or None: none).
@@ -170,14 +176,39 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
     the step budget (a prefill longer than it takes two steps) and ``max_model_len`` (room for one
     output token).
 
+    ``on_gpu``: the long side becomes as many long prompts sent at once as fill the step budget (at most
+    ``max_num_seqs``). On the H200 a lone prompt of 256 to 1,536 tokens took 31-38 ms whatever its length, on
+    SmolLM2 as on an 8B model, a floor one prompt's arithmetic does not reach; the lab's burst fills whole steps,
+    where it does (``results/gpu/README.md``, 2026-12-05).
+
     >>> choose_prefill_pair(128, step_budget_tokens=8192, max_model_len=8192).lens
     (256, 1024)
     >>> choose_prefill_pair(16, step_budget_tokens=8192).lens  # an 8-slot server: 32 is already outside
     (32, 512)
     >>> print(choose_prefill_pair(0, step_budget_tokens=2048).reason)
     no step runs in a CUDA graph on this server, so every prefill step pays the same launch costs
+    >>> gpu = choose_prefill_pair(128, step_budget_tokens=8192, max_model_len=2048, on_gpu=True, max_num_seqs=64)
+    >>> gpu.lens, gpu.long_group
+    ((256, 1024), 8)
+    >>> choose_prefill_pair(16, step_budget_tokens=8192, on_gpu=True, max_num_seqs=4).long_group  # the cap
+    4
     """
     budget = validate.positive_int(step_budget_tokens, "step_budget_tokens")
+    pair = _pair_above_graphs(graph_tokens, budget, max_model_len)
+    if not on_gpu:
+        return pair
+    cap = validate.positive_int(max_num_seqs, "max_num_seqs") if max_num_seqs is not None else budget
+    group = max(1, min(budget // pair.long, cap))
+    if group == 1:
+        return pair
+    return PrefillPair(pair.short, pair.long, f"{pair.reason}; on a GPU one prompt alone sits under a fixed floor "
+                                              f"(31-38 ms for 256-1,536 tokens on an H200), so the long side is "
+                                              f"{group} prompts at once, {group * pair.long:,} tokens of the "
+                                              f"{budget:,}-token step budget, as the lab's burst fills its steps, "
+                                              f"timed to the last one's first token", long_group=group)
+
+
+def _pair_above_graphs(graph_tokens: int | None, budget: int, max_model_len: int | None) -> PrefillPair:
     short, long = DEFAULT_PREFILL_PAIR
     if not graph_tokens:
         return PrefillPair(short, long, "no step runs in a CUDA graph on this server, so every prefill step pays "
@@ -198,7 +229,10 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
 
 
 def prefill_pair_for(server: Any) -> PrefillPair:
-    """:func:`choose_prefill_pair` for a running server, from its log (graphs, step budget) and KV report."""
+    """:func:`choose_prefill_pair` for a running server, from its log (graphs, step budget), KV report, device
+    and cap."""
     kv = getattr(server, "kv_cache", None)
     return choose_prefill_pair(cuda_graph_tokens(server.log_text()), step_budget_tokens=budget_of(server),
-                               max_model_len=getattr(kv, "max_model_len", None))
+                               max_model_len=getattr(kv, "max_model_len", None),
+                               on_gpu=getattr(server, "device", None) == "cuda",
+                               max_num_seqs=getattr(getattr(server, "config", None), "max_num_seqs", None))

@@ -139,6 +139,7 @@ async def measure_step_times(
     max_num_batched_tokens: int | None = None,
     short_prefill_len: int | None = None,
     more_repeats_within_s: float = 15.0,
+    long_group: int = 1,
 ) -> StepFitData:
     """Decode at each batch size, and prefill a short and a long prompt, `repeats` rounds or more.
 
@@ -147,6 +148,11 @@ async def measure_step_times(
     (default: a sixteenth of it, 32 for 512). One prompt's time divided by its length would
     charge every prompt token a share of what a prefill costs whatever its length; on an
     H200 that made a 512-token prompt cost 0.043 ms a token, 10 or more times its compute.
+
+    `long_group`: the long side's prompts sent at once (``helpers.batching.fit_plan.PrefillPair.long_group``:
+    on a GPU as many as fill the step budget, where one prompt alone sits under a fixed floor). With more than
+    one, both prefills are timed on the client's clock, to the group's last first token: the engine may split a
+    group over two steps, and vLLM's per-request prefill time would then give each request its own step's.
 
     `max_num_batched_tokens`: the server's step budget, which decides how many steps the
     prefill takes and goes with the data into its fit; default: read from the server's log
@@ -190,12 +196,16 @@ async def measure_step_times(
         raise validate.InvalidArgumentError(f"short_prefill_len={short_len} is not shorter than prefill_len="
                                             f"{prefill_len}: the prefill cost per token is their difference.")
     repeats = validate.positive_int(repeats, "repeats")
+    long_group = validate.positive_int(long_group, "long_group", hint="It is how many long prompts go at once.")
     more_s = validate.non_negative_number(more_repeats_within_s, "more_repeats_within_s", unit="seconds")
     budget = validate.positive_int(max_num_batched_tokens or budget_of(server), "max_num_batched_tokens")
     cap = getattr(getattr(server, "config", None), "max_num_seqs", None)
     if cap is not None and max(batch_sizes) > cap:
         raise validate.InvalidArgumentError(f"batch size {max(batch_sizes)} exceeds the server's max_num_seqs={cap}; "
                                             f"pass batch sizes of at most {cap}.")
+    if cap is not None and long_group > cap:
+        raise validate.InvalidArgumentError(f"long_group={long_group} exceeds the server's max_num_seqs={cap}: the "
+                                            f"rest would wait, and the wait is not prefill; pass at most {cap}.")
     rng = np.random.default_rng(seed)
     began = time.monotonic()
     records: dict[str, list[RequestRecord]] = {}
@@ -203,31 +213,36 @@ async def measure_step_times(
     lengths = {"short": short_len, "long": prefill_len}
     timings: dict[int | str, list[float]] = {k: [] for k in settings}
     label_of = {k: f"decode x{k}" if isinstance(k, int) else f"prefill {lengths[k]} tokens" for k in settings}
+    if long_group > 1:
+        label_of["long"] = f"prefill {long_group} x {prefill_len} tokens"
     lost: list[str] = []
     not_sent = 0
     warm_up = await _send(server, _specs([prompt_len], [4], rng), "warm-up")
     stopped = None if all(r.ok for r in warm_up) else death_of(server)
-    server_timed = True
+    server_timed = {"decode": True, "prefill": long_group == 1}  # a group's prefill: the client's clock
     planned = 0
 
     async def run_round(kinds: Sequence[int | str], repeat: int) -> None:
-        nonlocal stopped, server_timed, not_sent, planned
+        nonlocal stopped, not_sent, planned
         planned += len(kinds)
         for k in kinds:
             label = label_of[k]
             if stopped is not None:
                 lost.append(f"{label} (repeat {repeat})")
-                not_sent += k if isinstance(k, int) else 1
+                not_sent += k if isinstance(k, int) else long_group if k == "long" else 1
                 continue
-            specs = (_specs([prompt_len] * k, [output_len] * k, rng) if isinstance(k, int) else
-                     _specs([lengths[k]], [1], rng))
-            batch, value, by_server = await _timed(server, specs, label, output_len)
+            size = k if isinstance(k, int) else long_group if k == "long" else 1
+            specs = _specs([prompt_len if isinstance(k, int) else lengths[k]] * size,
+                           [output_len if isinstance(k, int) else 1] * size, rng)
+            batch, value, by_server = await _timed(server, specs, label, output_len,
+                                                   client_clock=not isinstance(k, int) and long_group > 1)
             records.setdefault(label, []).extend(batch)
             if value is None:
                 lost.append(f"{label} (repeat {repeat})")
                 stopped = death_of(server)
                 continue
-            server_timed &= by_server
+            kind = "decode" if isinstance(k, int) else "prefill"
+            server_timed[kind] = server_timed[kind] and by_server
             timings[k].append(value)
 
     rounds, rounds_began = 0, time.monotonic()
@@ -242,10 +257,11 @@ async def measure_step_times(
     median = {k: statistics.median(v) for k, v in timings.items() if v}
     measurements = [StepMeasurement.decode(b, median[b]) for b in batch_sizes if b in median]
     if "short" in median and "long" in median:
-        measurements.append(StepMeasurement.prefill_difference(short_len, median["short"], prefill_len,
+        measurements.append(StepMeasurement.prefill_difference(short_len, median["short"], long_group * prefill_len,
                                                                median["long"], budget))
-    data = StepFitData(measurements, records, time.monotonic() - began,
-                       "server" if server_timed and measurements else "client", lost=tuple(lost), stopped=stopped,
+    clock = {kind: "server" if timed and measurements else "client" for kind, timed in server_timed.items()}
+    data = StepFitData(measurements, records, time.monotonic() - began, clock["decode"],
+                       prefill_clock=clock["prefill"], lost=tuple(lost), stopped=stopped,
                        planned=planned, requests_not_sent=not_sent,
                        max_num_batched_tokens=budget, timings={label_of[k]: tuple(v) for k, v in timings.items()})
     if (losses := data.describe_losses()) is not None:
@@ -271,8 +287,8 @@ async def send_on_server_clock(server: Any, specs: Sequence[RequestSpec], label:
     return batch, server_mean_seconds(before, await _server_timer_totals(server), timer, len(batch))
 
 
-async def _timed(server: Any, specs: list[RequestSpec], label: str,
-                 output_len: int) -> tuple[list[RequestRecord], float | None, bool]:
+async def _timed(server: Any, specs: list[RequestSpec], label: str, output_len: int,
+                 client_clock: bool = False) -> tuple[list[RequestRecord], float | None, bool]:
     """Send one timing's requests: their records, the timing (a decode batch's output tok/s, or a
     prefill's seconds; None when a request failed or could not be timed) and whether the
     server's clock timed it (else the client's).
@@ -280,14 +296,18 @@ async def _timed(server: Any, specs: list[RequestSpec], label: str,
     A prefill is timed from the engine scheduling the request to its first token (vLLM's
     `request_prefill_time_seconds`), which leaves out HTTP, tokenizing and any wait for a
     step; where the server publishes no such time, by the client's time to first token,
-    which holds them: the prefill pair's difference cancels what both prompts pay alike."""
+    which holds them: the prefill pair's difference cancels what both prompts pay alike. With
+    ``client_clock`` (a group of prompts sent at once), a prefill is timed on the client's clock to
+    the group's last first token."""
     timer = "request_prefill_time_seconds" if label.startswith("prefill") else "request_decode_time_seconds"
     batch, server_s = await send_on_server_clock(server, specs, label, timer)
     if not all(r.ok for r in batch):
         return batch, None, False
     if timer == "request_prefill_time_seconds":
-        client_s = batch[0].ttft_s
-        return batch, (client_s if server_s is None else server_s), server_s is not None
+        client_s = max(r.ttft_s for r in batch)
+        if client_clock or server_s is None:
+            return batch, client_s, False
+        return batch, server_s, True
     if server_s is not None:
         return batch, len(batch) * (output_len - 1) / server_s, True
     try:

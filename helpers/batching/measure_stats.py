@@ -130,7 +130,8 @@ class StepFitData:
     measurements: list[StepMeasurement]  # one per setting: median over repeats
     records: dict[str, list[RequestRecord]] = field(repr=False)  # label -> every request sent for it
     seconds: float = 0.0  # wall time of all measuring
-    clock: str = "client"  # whose clock timed decode and prefill: "server" (/metrics) or "client"
+    clock: str = "client"  # whose clock timed the decode batches: "server" (/metrics) or "client"
+    prefill_clock: str = "client"  # whose clock timed the prefills (a GPU's group of prompts: the client's)
     lost: tuple[str, ...] = ()  # timings planned and not made, e.g. "decode x8 (repeat 2)"
     stopped: str | None = None  # why measuring stopped early, e.g. "server died: exit code -9"
     planned: int = 0  # timings planned: rounds x (batch sizes + 2 prefills, short and long); 0 where unknown
