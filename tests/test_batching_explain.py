@@ -86,7 +86,7 @@ def test_a_fit_without_a_replay_says_nothing_checked_it():
 
 
 def test_the_fit_names_the_prefill_pair_it_was_timed_on():
-    assert "and two prompts 768 tokens apart:" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], None, 768)
+    assert "and two prefills 768 prompt tokens apart:" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], None, 768)
     assert "and no prefill pair:" in explain_fit(StepTimeModel(), StepTimeModel(), [1, 8], replay_error=None)
 
 
@@ -125,7 +125,7 @@ def test_the_summary_names_the_prefill_pair_the_prediction_was_fitted_to():
                                   kv_gib=0.25, fitted=model, reference=model, batch_sizes=[8], replay_error=0.1,
                                   prediction=prediction_record(model, trace=lab, measurements=rows),
                                   reference_ratio=1.6, lab=lab)
-    assert "decode batches of 8 and two prompts 768 tokens apart:" in text
+    assert "decode batches of 8 and two prefills 768 prompt tokens apart:" in text
 
 
 def test_the_fit_source_lists_the_decode_batches_measured_not_the_prefill_row():
@@ -191,7 +191,7 @@ def test_with_the_low_settings_rows_first_the_summary_names_the_high_servers_pai
             StepMeasurement.decode(64, 15000.0), StepMeasurement.prefill_difference(256, 0.01, 1024, 0.02, 8192)]
     text = explain_fit(model, model, [8, 64], None, _prefill_pair_tokens(prediction_record(model, trace=lab,
                                                                                             measurements=rows)))
-    assert "two prompts 768 tokens apart" in text
+    assert "two prefills 768 prompt tokens apart" in text
 
 
 def test_a_front_end_slower_than_the_engines_per_sequence_cost_is_named_as_the_ceiling():

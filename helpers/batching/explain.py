@@ -77,7 +77,7 @@ def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Se
     """The fitted clock in words, its single-request speed against the defaults' (which their fit implies:
     it was never measured), and how well it replayed the burst (``replay_error``: simulated / measured duration - 1; None: not checked).
 
-    ``prefill_tokens``: how many tokens apart the timed prefill pair's prompts were (None: no pair timed).
+    ``prefill_tokens``: how many prompt tokens apart the timed prefill pair's two sides were (None: no pair timed).
     """
     speed = fitted.decode_tok_s(1) / reference.decode_tok_s(1)
     implied = f"the defaults' {reference.decode_tok_s(1):.0f} (implied by their fit, not measured)."
@@ -88,7 +88,7 @@ def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Se
         check = f" Replaying the burst with it predicted its duration within {abs(replay_error):.0%}."
     else:
         check = f" Replaying the burst with it was off by {replay_error:+.0%}: read the prediction below as rough."
-    pair = f"two prompts {prefill_tokens:,} tokens apart" if prefill_tokens else "no prefill pair"
+    pair = f"two prefills {prefill_tokens:,} prompt tokens apart" if prefill_tokens else "no prefill pair"
     return (f"From decode batches of {'/'.join(map(str, batch_sizes))} and {pair}: overhead "
             f"{duration(fitted.overhead_s)} a step, {duration(fitted.prefill_token_s)} a prompt token, "
             f"{duration(fitted.decode_seq_s)} a decoding sequence, within a step budget of "
@@ -182,7 +182,7 @@ def _prefill_pair_tokens(prediction: Mapping[str, Any]) -> int | None:
 
 def describe_fit_source(device: str, batch_sizes: Sequence[int], *, prompt_len: int, output_len: int,
                         prefill_lens: tuple[int, int], repeats: int, max_num_seqs: int,
-                        low_batch_sizes: Sequence[int] = (), front_end: Any = None) -> str:
+                        low_batch_sizes: Sequence[int] = (), front_end: Any = None, long_group: int = 1) -> str:
     """How the step-time model was measured, saved with the prediction (``fitted_from``).
 
     >>> describe_fit_source("cuda", [1, 8, 32, 64], prompt_len=256, output_len=256, prefill_lens=(32, 512),
@@ -193,11 +193,16 @@ def describe_fit_source(device: str, batch_sizes: Sequence[int], *, prompt_len: 
     ...                     repeats=3, max_num_seqs=64, low_batch_sizes=(1, 4, 8),
     ...                     front_end=FrontEndCost(0.002, 5e-05, 0.001, 2e-05, 50, 128))[-146:]
     '; the low setting from batches of 1, 4, 8 on a server at max_num_seqs=8; the front end 50.0 us a token, 2.000 ms a request (CPU time, 50 requests)'
+    >>> describe_fit_source("cuda", [1, 64], prompt_len=256, output_len=256, prefill_lens=(256, 1024), repeats=3,
+    ...                     max_num_seqs=64, long_group=8)[97:177]
+    'the prefill of 8 x 1024-token prompts at once against a 256-token prompt, median'
     """
     short, long = prefill_lens
+    prefill = (f"the prefill of {long_group} x {long}-token prompts at once against a {short}-token prompt"
+               if long_group > 1 else f"the prefill of a {long}- against a {short}-token prompt")
     text = (f"notebook 04 on {device}: decode batches of {', '.join(map(str, batch_sizes))} requests "
-            f"({prompt_len}-token prompts, {output_len} output tokens) and the prefill of a {long}- against a "
-            f"{short}-token prompt, median of {repeats} runs or more each, max_num_seqs={max_num_seqs}")
+            f"({prompt_len}-token prompts, {output_len} output tokens) and {prefill}, median of {repeats} runs or "
+            f"more each, max_num_seqs={max_num_seqs}")
     if low_batch_sizes:
         text += (f"; the low setting from batches of {', '.join(map(str, low_batch_sizes))} on a server at "
                  f"max_num_seqs={max(low_batch_sizes)}")
