@@ -52,10 +52,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers import validate
-from helpers.batching.measure import budget_of
 from helpers.batching.sim import simulate_continuous
 from helpers.batching.step_time import StepTimeModel
 from helpers.batching.trace import BatchRequest
+from helpers.serve.budget import budget_of
 from helpers.serve.cuda_graphs import cuda_graph_tokens
 
 FIT_PROMPT_LEN = 256  # tokens before each decoding sequence: about the lab's mean prompt (212) and its answer

@@ -25,14 +25,11 @@ client can come out a hundred times too fast.
 `send_trace` replays a `helpers.batching.trace` trace against the server (request i is sent
 at its `arrival_s`), so the same trace can be simulated and measured.
 
-Every request goes through the course's one client (`helpers.load.run.run_load_test`): a
-prompt of random token ids (`helpers.load.workload.token_prompt`, exactly the length asked
-for, no chat template, no prefix-cache hit) and exactly `max_tokens` output tokens
-(`ignore_eos`). Records are `helpers.load.client.RequestRecord`s; they never raise. All
-traffic goes to the server it is given (127.0.0.1 in the course); counts are small and
-every request has the load tester's timeout (`helpers.load.client.DEFAULT_TIMEOUT_S`: a
-request queued behind others on a busy machine must not be cut short). The numbers made
-from the records: `helpers.batching.measure_stats`.
+Every request goes through the course's one client (`helpers.load.run.run_load_test`): random token
+ids of exactly the length asked for (`helpers.load.workload.token_prompt`: no chat template, no
+prefix-cache hit), exactly `max_tokens` output tokens (`ignore_eos`), the load tester's timeout, to the
+server given (127.0.0.1 in the course), in small counts. Records (`helpers.load.client.RequestRecord`)
+never raise; the numbers made from them: `helpers.batching.measure_stats`.
 
 Taught in `notebooks/04_continuous_batching.ipynb`.
 
@@ -53,19 +50,15 @@ from typing import Any
 import numpy as np
 
 from helpers import validate
-from helpers.batching.measure_stats import (
-    StepFitData,
-    decode_tok_s,
-    server_mean_seconds,
-)
-from helpers.batching.step_time import StepMeasurement, StepTimeModel
+from helpers.batching.measure_stats import StepFitData, decode_tok_s, server_mean_seconds
+from helpers.batching.step_time import StepMeasurement
 from helpers.batching.trace import BatchRequest
 from helpers.load.client import RequestRecord, RequestSpec
 from helpers.load.poller import scrape
 from helpers.load.run import run_load_test
 from helpers.load.summary import describe_failures
 from helpers.load.workload import Workload, token_prompt
-from helpers.serve.budget import step_budget
+from helpers.serve.budget import budget_of
 from helpers.serve.process import death_of
 
 
@@ -149,25 +142,23 @@ async def measure_step_times(
     charge every prompt token a share of what a prefill costs whatever its length; on an
     H200 that made a 512-token prompt cost 0.043 ms a token, 10 or more times its compute.
 
-    `long_group`: the long side's prompts sent at once (``helpers.batching.fit_plan.PrefillPair.long_group``:
-    on a GPU as many as fill the step budget, where one prompt alone sits under a fixed floor). With more than
-    one, both prefills are timed on the client's clock, to the group's last first token: the engine may split a
-    group over two steps, and vLLM's per-request prefill time would then give each request its own step's.
+    `long_group`: long prompts sent at once (``helpers.batching.fit_plan.PrefillPair``: on a GPU, enough to fill
+    the step budget). With more than one, both prefills are timed on the client's clock, to the group's last first token:
+    the engine may split a group over two steps, and vLLM's per-request time would give each its own step's.
 
     `max_num_batched_tokens`: the server's step budget, which decides how many steps the
     prefill takes and goes with the data into its fit; default: read from the server's log
-    (`helpers.serve.budget.step_budget`), else vLLM's CPU default of 2,048.
+    (`helpers.serve.budget.budget_of`), else vLLM's default of 2,048.
 
-    Each setting's timings are reduced to their median (other users of the machine make
-    single timings noisy). After `repeats` rounds, more follow (at most three times as many
-    in all) while they fit within `more_repeats_within_s` seconds of measuring: a fast
-    machine (an H200 round takes about 3 s) gets more timings for its medians, a slow one
-    (a round takes about 18 s on the course's CPU) exactly `repeats`; 0 turns this off. The
-    prefill pair is timed at least three times (after the rounds, on its own where they were
-    fewer): one step's time is easily stretched by other work on the machine, and a median of
-    three leaves one such timing out. A short warm-up request goes first and is not counted.
-    Bounded: a round is sum(batch_sizes) requests of `output_len` tokens plus two prefills of
-    one token. Batch sizes above the server's max_num_seqs would queue and measure nothing useful.
+    Each setting's timings are reduced to their median (other users of the machine make single timings noisy).
+    After `repeats` rounds, more follow (at most three times as many in all) while they fit within
+    `more_repeats_within_s` seconds of measuring: a fast machine (an H200 round takes about 3 s) gets more
+    timings for its medians, a slow one (a round takes about 18 s on the course's CPU) exactly `repeats`; 0 turns
+    this off. The prefill pair is timed at least three times (after the rounds, on its own where they were
+    fewer): one step's time is easily stretched by other work on the machine, and a median of three leaves one
+    such timing out. A short warm-up request goes first and is not counted. Bounded: a round is sum(batch_sizes)
+    requests of `output_len` tokens plus 1 + `long_group` prefills of one token. Batch sizes (or a group) above
+    the server's max_num_seqs would queue and measure nothing useful.
     Which batch sizes to time for a prediction of the lab, and on which server: ``helpers.batching.fit_plan``.
 
     A timing with a failed request is left out and counted as lost (`StepFitData.lost`). When
@@ -176,11 +167,10 @@ async def measure_step_times(
     died: exit code -9"), and a line says how many timings and requests were lost. The fit
     then uses what is there, or says there are too few points (`StepFitData.fit`).
 
-    Attention makes a long context cost more, and the step-time model has no term for context
-    length, so measure at contexts like the load you want to predict: decode prompts default
-    to 256 tokens (the lab averages 212-token prompts, plus the answer so far; on the course's
-    CPU machine 8 sequences decoded about 35% slower after 512-token prompts than after
-    16-token ones), and the long prefill prompt to 512 tokens, the lab's longest.
+    Attention makes a long context cost more, and the step-time model has no term for context length, so
+    measure at contexts like the load you want to predict: decode prompts default to 256 tokens (the lab averages
+    212-token prompts, plus the answer so far; on the course's CPU machine 8 sequences decoded about 35% slower
+    after 512-token prompts than after 16-token ones), and the long prefill prompt to 512, the lab's longest.
 
     Leaves out: what a prefill costs whatever its length (it cancels in the difference; the
     step's overhead comes from the decode batches), and the steps at either end of a decode
@@ -267,12 +257,6 @@ async def measure_step_times(
     if (losses := data.describe_losses()) is not None:
         print(losses)
     return data
-
-
-def budget_of(server: Any) -> int:
-    """The server's step budget from its log; vLLM's CPU default where there is no log to read."""
-    found = step_budget(server.log_text()) if hasattr(server, "log_text") else None
-    return found.tokens if found is not None else StepTimeModel.max_num_batched_tokens
 
 
 async def send_on_server_clock(server: Any, specs: Sequence[RequestSpec], label: str,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS in vLLM 0.26 and 0.32: the budget of the
 # scheduler config the argument parser builds with logging off.
@@ -61,3 +62,9 @@ def step_budget(log_text: str) -> StepBudget | None:
     if _CHUNKED.search(log_text):
         return StepBudget(VLLM_UNLOGGED_DEFAULT, "vLLM's default, which it does not log")
     return None
+
+
+def budget_of(server: Any) -> int:
+    """A running server's step budget from its log; vLLM's unlogged default where there is no log to read."""
+    found = step_budget(server.log_text()) if hasattr(server, "log_text") else None
+    return found.tokens if found is not None else VLLM_UNLOGGED_DEFAULT
