@@ -211,6 +211,7 @@ async def measure_step_times(
     stopped = None if all(r.ok for r in warm_up) else death_of(server)
     server_timed = {"decode": True, "prefill": long_group == 1}  # a group's prefill: the client's clock
     planned = 0
+    size_of = {k: k if isinstance(k, int) else long_group if k == "long" else 1 for k in settings}  # requests a timing
 
     async def run_round(kinds: Sequence[int | str], repeat: int) -> None:
         nonlocal stopped, not_sent, planned
@@ -219,11 +220,10 @@ async def measure_step_times(
             label = label_of[k]
             if stopped is not None:
                 lost.append(f"{label} (repeat {repeat})")
-                not_sent += k if isinstance(k, int) else long_group if k == "long" else 1
+                not_sent += size_of[k]
                 continue
-            size = k if isinstance(k, int) else long_group if k == "long" else 1
-            specs = _specs([prompt_len if isinstance(k, int) else lengths[k]] * size,
-                           [output_len if isinstance(k, int) else 1] * size, rng)
+            specs = _specs([prompt_len if isinstance(k, int) else lengths[k]] * size_of[k],
+                           [output_len if isinstance(k, int) else 1] * size_of[k], rng)
             batch, value, by_server = await _timed(server, specs, label, output_len,
                                                    client_clock=not isinstance(k, int) and long_group > 1)
             records.setdefault(label, []).extend(batch)
