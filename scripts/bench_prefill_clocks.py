@@ -26,7 +26,8 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from helpers.batching.prefill_clocks import CLOCKS, time_prefills
+from helpers.batching.prefill_clocks import CLOCKS, prefill_shapes, time_prefills
+from helpers.errors import InvalidArgumentError
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine
 from helpers.paths import build_dir
@@ -83,10 +84,10 @@ def main() -> None:
     if groups[-1] > args.max_num_seqs:
         parser.error(f"--groups {groups[-1]} is more prompts than --max-num-seqs {args.max_num_seqs} runs at once: "
                      "the rest would wait, and the wait is not a prefill")
-    totals = [length * group for group in groups for length in lengths]
-    if len(set(totals)) < len(totals):
-        parser.error(f"two shapes of --lengths {lengths} and --groups {groups} make the same number of prompt tokens: "
-                     "pick lengths and group sizes whose products differ")
+    try:
+        prefill_shapes(lengths, groups)  # refused here, before the server starts, rather than after
+    except InvalidArgumentError as error:
+        parser.error(str(error))
     machine = describe_machine()
     print(f"{machine}: prompts of {lengths} tokens in groups of {groups}, {args.repeats} times each", flush=True)
     result = {"machine": machine, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

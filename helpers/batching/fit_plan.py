@@ -197,9 +197,10 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
     pair = _pair_above_graphs(graph_tokens, budget, max_model_len)
     if not on_gpu:
         return pair
-    cap = validate.positive_int(max_num_seqs, "max_num_seqs") if max_num_seqs is not None else budget
-    group = max(1, min(budget // pair.long, cap))
-    if group == 1:
+    group = budget // pair.long
+    if max_num_seqs is not None:  # a group never waits for a slot
+        group = min(group, validate.positive_int(max_num_seqs, "max_num_seqs"))
+    if group <= 1:
         return pair
     return PrefillPair(pair.short, pair.long, f"{pair.reason}; on a GPU one prompt alone sits under a fixed floor "
                                               f"(31-38 ms for 256-1,536 tokens on an H200), so the long side is "

@@ -84,6 +84,23 @@ class PrefillClocks:
         return "\n".join(rows)
 
 
+def prefill_shapes(lengths: Sequence[int], groups: Sequence[int]) -> list[tuple[int, int]]:
+    """Every (length, group size) :func:`time_prefills` sends, checked before anything is: positive numbers, and no
+    two shapes with the same prompt tokens (512 x 2 and 1,024 alone), whose timings would share a key.
+
+    >>> prefill_shapes([256, 1024], [1, 8])
+    [(256, 1), (1024, 1), (256, 8), (1024, 8)]
+    """
+    lengths = validate.positive_ints(lengths, "lengths", hint="They are prompt lengths in tokens, e.g. (256, 1024).")
+    groups = validate.positive_ints(groups, "groups", hint="They are how many prompts go at once, e.g. (1, 8).")
+    shapes = [(length, group) for group in groups for length in lengths]
+    if len({length * group for length, group in shapes}) < len(shapes):
+        raise validate.InvalidArgumentError(
+            f"two shapes of lengths {list(lengths)} in groups {list(groups)} make the same number of prompt tokens: "
+            "pick lengths and group sizes whose products differ.")
+    return shapes
+
+
 async def time_prefills(server: Any, lengths: Sequence[int] = (256, 1024), repeats: int = 3, seed: int = 0,
                         groups: Sequence[int] = (1,)) -> PrefillClocks:
     """Send each prompt length in each group size (1: alone; 8: eight prompts of that length at once), one output
@@ -98,16 +115,9 @@ async def time_prefills(server: Any, lengths: Sequence[int] = (256, 1024), repea
     Every shape is sent once first, untimed (one-time costs of a new step size), after a short warm-up request.
     Bounded: ``len(lengths) * len(groups) * (repeats + 1) + 1`` sends, one at a time, of at most ``max(groups)``
     requests, to the server given (127.0.0.1 in the course). Prompts are random token ids: the prefix cache has never
-    seen them. Two shapes with the same total (512 x 2 and 1,024 alone) are refused: their timings would share a key."""
-    lengths = validate.positive_ints(lengths, "lengths", hint="They are prompt lengths in tokens, e.g. (256, 1024).")
-    groups = validate.positive_ints(groups, "groups", hint="They are how many prompts go at once, e.g. (1, 8).")
+    seen them. The shapes are checked first (:func:`prefill_shapes`)."""
+    shapes = prefill_shapes(lengths, groups)
     repeats = validate.positive_int(repeats, "repeats")
-    shapes = [(length, group) for group in groups for length in lengths]
-    totals = [length * group for length, group in shapes]
-    if len(set(totals)) < len(totals):
-        raise validate.InvalidArgumentError(
-            f"two shapes of lengths {list(lengths)} in groups {list(groups)} make the same number of prompt tokens: "
-            "pick lengths and group sizes whose products differ.")
     rng = np.random.default_rng(seed)
     await _send(server, _specs([16], [2], rng), "warm-up")
     for length, group in shapes:

@@ -116,11 +116,10 @@ def describe_spreads(before: Any, after: Any) -> str:
     ''
     """
     def one(m: Any) -> str:
-        values = getattr(m, "runs_tok_s", ())
-        if not values:
-            return "-"
-        low, high = min(values), max(values)
-        return f"{low:,.0f}" if len(values) == 1 else f"{low:,.0f}-{high:,.0f}"
+        values, spread = getattr(m, "runs_tok_s", ()), getattr(m, "spread", None)
+        if spread is not None:
+            return f"{spread[0]:,.0f}-{spread[1]:,.0f}"
+        return f"{values[0]:,.0f}" if values else "-"
 
     if getattr(before, "spread", None) is None and getattr(after, "spread", None) is None:
         return ""
