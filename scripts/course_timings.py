@@ -6,9 +6,10 @@
 ``record`` keeps the ``run.json`` that ``scripts/run_course.py`` wrote (every notebook done, none failed) as
 ``results/cpu/course_timings/<class>.json``, the newest run of that class of CPU replacing the one before (the
 earlier ones are listed in that folder's README). :func:`time_to_run` turns those files and the GPU's
-(``results/gpu/executed/timings.json``, dated by the executed copies beside it) into the sentence that opens each
-notebook's first cell, which ``scripts/notebook_header.py`` writes and ``tests/test_course_timings.py`` holds to the
-files: a notebook never states a time that no results file backs.
+(``results/gpu/executed/timings.json``, dated by the executed copies beside it, each copy's GPU in
+``machines.json``) into the sentence that opens each notebook's first cell, which ``scripts/notebook_header.py``
+writes and ``tests/test_course_timings.py`` holds to the files: a notebook never states a time that no results file
+backs.
 """
 
 from __future__ import annotations
@@ -62,17 +63,35 @@ def cpu_runs() -> list[dict]:
     return [runs[name] for name in sorted(runs, key=lambda n: CLASSES.index(n) if n in CLASSES else len(CLASSES))]
 
 
-def gpu_runs() -> dict[tuple[str, str], tuple[float, Path]]:
-    """The GPU's seconds and its executed copy, by notebook and model: ``("01_concurrency_lab", "smollm2")``."""
+def gpu_runs() -> dict[tuple[str, str], tuple[float, Path, str]]:
+    """The GPU's seconds, its executed copy and the GPU it ran on (``machines.json``), by notebook and model:
+    ``("01_concurrency_lab", "smollm2")``. The device tool lends an H200 or an H100, so copies differ."""
     path = GPU_EXECUTED / "timings.json"
     if not path.exists():
         return {}
+    machines_path = GPU_EXECUTED / "machines.json"
+    machines = json.loads(machines_path.read_text()) if machines_path.exists() else {}
     runs = {}
     for key, seconds in json.loads(path.read_text()).items():  # "01_start_server.ipynb", "NAME.ipynb (MODEL)"
         name, model = re.fullmatch(r"(\S+)\.ipynb(?: \((\S+)\))?", key).groups()
         copy = ("lab_" if (ROOT / "labs" / f"{name}.ipynb").exists() else "") + name + (f"-{model}" if model else "")
-        runs[(name, model or "smollm2")] = (seconds, GPU_EXECUTED / f"{copy}.ipynb")
+        runs[(name, model or "smollm2")] = (seconds, GPU_EXECUTED / f"{copy}.ipynb", machines.get(key, "a GPU"))
     return runs
+
+
+def gpu_named(machine: str) -> str:
+    """How a sentence names the GPU of a run's machine line (``helpers.hardware.describe_machine``).
+
+    >>> gpu_named("1 x NVIDIA H200 (140 GiB)"), gpu_named("1 x NVIDIA H100 80GB HBM3 (79 GiB)")
+    ('an H200', 'an H100')
+    >>> gpu_named("1 x Tesla T4 (14 GiB)"), gpu_named("1 x NVIDIA L4 (22 GiB)")
+    ('a T4', 'an L4')
+    """
+    found = re.fullmatch(r"\d+ x (?:NVIDIA |Tesla )?(\S+).*", machine)
+    if not found:
+        return machine
+    name = found.group(1)
+    return f"{'an' if name[0].upper() in 'AEFHILMNORSX' else 'a'} {name}"  # the letter as it is read: "an H100"
 
 
 def time_to_run(notebook: str) -> str:
@@ -83,12 +102,13 @@ def time_to_run(notebook: str) -> str:
              for run in cpu_runs() if notebook in run["notebooks"]]
     gpu = [(model, *found) for (copy, model), found in gpu_runs().items() if copy == name]
     if gpu:
-        (_, seconds, copy), *others = sorted(gpu, key=lambda run: run[0] != "smollm2")
-        notes = [_day_of(copy)] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}" for model, more, _ in others]
+        (_, seconds, copy, machine), *others = sorted(gpu, key=lambda run: run[0] != "smollm2")
+        notes = [_day_of(copy)] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}"
+                                   + (f" on {gpu_named(on)}" if on != machine else "") for model, more, _, on in others]
         awaiting = GPU_EXECUTED / "AWAITING.json"
         if awaiting.exists() and any(path.endswith(f"/{notebook}") for path in json.loads(awaiting.read_text())):
             notes.append("an earlier version of its code")
-        parts.append(f"{_seconds(seconds)} on an H200 ({'; '.join(notes)})")
+        parts.append(f"{_seconds(seconds)} on {gpu_named(machine)} ({'; '.join(notes)})")
     if not parts:
         return f"{LEAD} not timed yet."
     return f"{LEAD} " + "; ".join(parts) + ". Reading and the exercises take longer."

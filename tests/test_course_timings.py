@@ -81,6 +81,21 @@ def test_the_sentence_replaces_an_older_one_or_ends_the_first_cell():
     assert fresh[0].source == "# Title\n\nTime to run, every cell: 5 s."
 
 
+def test_each_gpu_run_is_named_by_the_gpu_it_ran_on(tmp_path, monkeypatch):
+    """The device tool lends an H200 or an H100: a sentence names each copy's own GPU (``machines.json``), and a
+    copy on another GPU than the default model's says so, rather than every figure reading "on an H200"."""
+    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "no-cpu-runs")
+    monkeypatch.setattr(course_timings, "GPU_EXECUTED", tmp_path)
+    (tmp_path / "timings.json").write_text(json.dumps({"04_continuous_batching.ipynb": 253.2,
+                                                       "04_continuous_batching.ipynb (dummy-llama-3.1-8b)": 218.0}))
+    (tmp_path / "machines.json").write_text(json.dumps({
+        "04_continuous_batching.ipynb": "1 x NVIDIA H100 80GB HBM3 (79 GiB)",
+        "04_continuous_batching.ipynb (dummy-llama-3.1-8b)": "1 x NVIDIA H200 (140 GiB)"}))
+    assert course_timings.time_to_run("04_continuous_batching.ipynb") == (
+        "Time to run, every cell as `make course` runs it: 253 s on an H100 (date unknown; 218 s on the 8B shape on "
+        "an H200). Reading and the exercises take longer.")
+
+
 @pytest.mark.parametrize(("cpu", "name", "words"), [
     ({"model": "AMD EPYC", "cores": 2, "isa": "AVX-512 with bf16", "emulated": None, "dtype": "bfloat16"},
      "avx512-bf16", "a 2-core CPU with AVX-512 BF16 (AMD EPYC, bfloat16; 2026-12-04)"),

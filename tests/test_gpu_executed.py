@@ -60,6 +60,9 @@ def test_every_notebook_and_lab_has_an_executed_copy():
     assert not missing, f"no executed GPU copy of {missing}: run scripts/gpu_reference_run.sh on a GPU"
     timings = json.loads((EXECUTED / "timings.json").read_text())
     assert len(timings) == len(COPIES), f"timings.json has {len(timings)} entries for {len(COPIES)} copies"
+    machines = json.loads((EXECUTED / "machines.json").read_text())
+    assert set(machines) == set(timings), ("machines.json names the GPU of each run timings.json times (its run.json's "
+                                           f"machine): {sorted(set(machines) ^ set(timings))} differ")
 
 
 @pytest.mark.parametrize("copy", COPIES, ids=lambda path: path.name)
@@ -116,15 +119,17 @@ def test_every_notebook_awaiting_a_gpu_run_exists_and_says_why():
 
 
 def test_the_readmes_time_table_is_timings_json():
-    """results/gpu/README.md's table of time per notebook quotes timings.json, row for row (it once kept four
-    figures of a morning run after the evening's had replaced them)."""
+    """results/gpu/README.md's table of time per notebook quotes timings.json and machines.json, row for row (it
+    once kept four figures of a morning run after the evening's had replaced them)."""
     readme = (EXECUTED.parent / "README.md").read_text()
-    section = readme.split("## Time per notebook on the H200", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("## Time per notebook on the GPU", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(cells) >= 2 and cells[1].replace(".", "", 1).isdigit():
-            rows[cells[0]] = float(cells[1])
+        if line.startswith("|") and len(cells) >= 3 and cells[1].replace(".", "", 1).isdigit():
+            rows[cells[0]] = (float(cells[1]), cells[2])
     timings = json.loads((EXECUTED / "timings.json").read_text())
-    assert rows == timings, ("results/gpu/README.md's time table differs from executed/timings.json: "
-                             f"README {rows}, timings.json {timings}")
+    machines = json.loads((EXECUTED / "machines.json").read_text())
+    expected = {key: (seconds, machines.get(key)) for key, seconds in timings.items()}
+    assert rows == expected, ("results/gpu/README.md's time table differs from executed/timings.json and "
+                              f"machines.json: README {rows}, the files {expected}")
