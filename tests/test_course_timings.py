@@ -60,12 +60,14 @@ def test_a_whole_run_is_recorded_by_its_class_and_becomes_the_sentence(tmp_path,
         "2026-12-05). Reading and the exercises take longer.")
 
 
-@pytest.mark.parametrize(("failed", "missing", "device"), [(["05_throughput_tuning.ipynb"], False, "cpu"),
-                                                          ([], True, "cpu"), ([], False, "cuda")])
-def test_a_failed_partial_or_gpu_run_is_not_recorded(tmp_path, monkeypatch, failed, missing, device):
+@pytest.mark.parametrize(("failed", "missing", "device", "model"), [
+    (["05_throughput_tuning.ipynb"], False, "cpu", "smollm2"), ([], True, "cpu", "smollm2"),
+    ([], False, "cuda", "smollm2"), ([], False, "cpu", "Qwen/Qwen2.5-0.5B-Instruct")])
+def test_a_failed_partial_gpu_or_other_model_run_is_not_recorded(tmp_path, monkeypatch, failed, missing, device,
+                                                                  model):
     monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "kept")
     timed = {path.name: 10.0 for path in course_notebooks()[:-1 if missing else None]}
-    (tmp_path / "run.json").write_text(json.dumps(run_record(timed, failed, device)))
+    (tmp_path / "run.json").write_text(json.dumps({**run_record(timed, failed, device), "model": model}))
     with pytest.raises(SystemExit, match="not recorded"):
         course_timings.record(tmp_path)
     assert not (tmp_path / "kept").exists()

