@@ -63,7 +63,8 @@ def read_copy(path: Path) -> GpuCopy:
     notebook = json.loads(path.read_text())
     stamp = notebook.get("metadata", {}).get("course_run")
     if not stamp:
-        raise SystemExit(f"{path}: no course_run stamp in its metadata: run it with scripts/run_course.py as it is now")
+        raise SystemExit(f"{path}: no course_run stamp in its metadata (run with scripts/run_course.py before the stamp "
+                         "existed, or by another tool): run it again with scripts/run_course.py; nothing was imported")
     source = stamp["notebook"]
     problem = None
     if stamp.get("device") != "cuda":
@@ -131,6 +132,10 @@ def main(args: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path, help="executed notebooks, or folders holding them")
     options = parser.parse_args(args)
+    absent = [str(path) for path in options.paths if not path.exists()]
+    if absent:
+        parser.error(f"no such file or folder: {', '.join(absent)} (give the executed notebooks, or the folder a "
+                     "device run's gpu.tgz unpacked to, e.g. build/gpu)")
     found = executed_notebooks(options.paths)
     if not found:
         parser.error(f"no executed notebook in {[str(path) for path in options.paths]}")

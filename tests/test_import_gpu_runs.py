@@ -121,3 +121,9 @@ def test_names_and_keys_are_the_ones_the_results_already_use(source, model, name
     copy = import_gpu_runs.GpuCopy(Path("x.ipynb"), source, model, 1.0, H100)
     assert (copy.name, copy.key) == (name, key)
     assert import_gpu_runs.source_of(Path(name)) == source
+
+
+def test_a_path_that_is_not_there_is_named_with_what_to_give(tmp_path, executed, capsys):
+    with pytest.raises(SystemExit):
+        import_gpu_runs.main([str(tmp_path / "gpu.tgz-not-unpacked")])
+    assert "no such file or folder" in capsys.readouterr().err
