@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # a sibling script, importable however this one is run
+from import_gpu_runs import DEFAULT_MODEL, copy_name  # noqa: E402
+
 CPU_TIMINGS = ROOT / "results" / "cpu" / "course_timings"
 GPU_EXECUTED = ROOT / "results" / "gpu" / "executed"
 LEAD = "Time to run, every cell as `make course` runs it:"
@@ -74,8 +77,9 @@ def gpu_runs() -> dict[tuple[str, str], tuple[float, Path, str]]:
     runs = {}
     for key, seconds in json.loads(path.read_text()).items():  # "01_start_server.ipynb", "NAME.ipynb (MODEL)"
         name, model = re.fullmatch(r"(\S+)\.ipynb(?: \((\S+)\))?", key).groups()
-        copy = ("lab_" if (ROOT / "labs" / f"{name}.ipynb").exists() else "") + name + (f"-{model}" if model else "")
-        runs[(name, model or "smollm2")] = (seconds, GPU_EXECUTED / f"{copy}.ipynb", machines.get(key, "a GPU"))
+        source = f"{'labs' if (ROOT / 'labs' / f'{name}.ipynb').exists() else 'notebooks'}/{name}.ipynb"
+        copy = GPU_EXECUTED / copy_name(source, model or DEFAULT_MODEL)
+        runs[(name, model or DEFAULT_MODEL)] = (seconds, copy, machines.get(key, "a GPU"))
     return runs
 
 
@@ -102,7 +106,7 @@ def time_to_run(notebook: str) -> str:
              for run in cpu_runs() if notebook in run["notebooks"]]
     gpu = [(model, *found) for (copy, model), found in gpu_runs().items() if copy == name]
     if gpu:
-        (_, seconds, copy, machine), *others = sorted(gpu, key=lambda run: run[0] != "smollm2")
+        (_, seconds, copy, machine), *others = sorted(gpu, key=lambda run: run[0] != DEFAULT_MODEL)
         notes = [_day_of(copy)] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}"
                                    + (f" on {gpu_named(on)}" if on != machine else "") for model, more, _, on in others]
         awaiting = GPU_EXECUTED / "AWAITING.json"
@@ -121,8 +125,8 @@ def record(executed: Path) -> Path:
 
     run = json.loads((executed / "run.json").read_text())
     missing = [path.name for path in course_notebooks() if path.name not in run["notebooks"]]
-    model = run.get("model", "smollm2")  # runs from before the model was recorded served the default
-    if run.get("device") != "cpu" or run["failed"] or missing or model != "smollm2":
+    model = run.get("model", DEFAULT_MODEL)  # runs from before the model was recorded served the default
+    if run.get("device") != "cpu" or run["failed"] or missing or model != DEFAULT_MODEL:
         raise SystemExit(f"not recorded: a CPU run of the whole course on the default model with no failure is "
                          f"kept, and this one (device {run.get('device')}, model {model}) failed {run['failed']} and "
                          f"did not run {missing}")

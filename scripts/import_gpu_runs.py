@@ -40,17 +40,22 @@ class GpuCopy:
 
     @property
     def name(self) -> str:
-        """The copy's file name in results/gpu/executed/."""
-        stem = Path(self.source).stem
-        if self.source.startswith("labs/"):
-            return f"lab_{stem}-{self.model}.ipynb"
-        return f"{stem}.ipynb" if self.model == DEFAULT_MODEL else f"{stem}-{self.model}.ipynb"
+        return copy_name(self.source, self.model)
 
     @property
     def key(self) -> str:
         """How timings.json and machines.json name the run: "04_continuous_batching.ipynb (dummy-llama-3.1-8b)"."""
         plain = Path(self.source).name
         return plain if self.source.startswith("notebooks/") and self.model == DEFAULT_MODEL else f"{plain} ({self.model})"
+
+
+def copy_name(source: str, model: str) -> str:
+    """The file name in results/gpu/executed/ of a run of ``source`` ("labs/01_concurrency_lab.ipynb") on ``model``;
+    :func:`source_of` reads it back."""
+    stem = Path(source).stem
+    if source.startswith("labs/"):
+        return f"lab_{stem}-{model}.ipynb"
+    return f"{stem}.ipynb" if model == DEFAULT_MODEL else f"{stem}-{model}.ipynb"
 
 
 def code_of(path: Path) -> list[str]:

@@ -71,8 +71,7 @@ def test_every_notebook_and_lab_has_an_executed_copy():
 def test_an_executed_copy_ran_the_code_its_notebook_has_now(copy: Path):
     source = source_of(copy)
     assert source.exists(), f"{copy.name}: its notebook {source.relative_to(ROOT)} is gone; remove the copy"
-    ran = [text(cell["source"]) for cell in code_cells(copy)]
-    now = [text(cell["source"]) for cell in code_cells(source)]
+    ran, now = import_gpu_runs.code_of(copy), import_gpu_runs.code_of(source)
     differing = [index for index, (old, new) in enumerate(zip(ran, now)) if old != new]
     if str(source.relative_to(ROOT)) in AWAITING:
         assert len(ran) != len(now) or differing, (
