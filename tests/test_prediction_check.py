@@ -31,7 +31,7 @@ def test_a_miss_inside_the_runs_spread_is_called_one_the_runs_cannot_tell():
     assert said.endswith("Each setting: +24% at 8, +42% at 64.")
 
 
-def test_a_miss_outside_the_runs_spread_says_the_clock_misses_something():
+def test_a_miss_outside_the_runs_spread_says_the_model_misses_something():
     said = against_prediction(prediction(4159, 14654), [pooled(8, 4198, 4083, 4267), pooled(64, 17233, 15816, 18939)])
     assert "3.52x; you measured 4,198 and 17,233, 4.11x (3.71-4.64x between your runs)" in said
     assert "14% low: outside 10% and outside the spread of your runs" in said
@@ -40,7 +40,7 @@ def test_a_miss_outside_the_runs_spread_says_the_clock_misses_something():
 
 def test_a_ratio_within_ten_percent_accounts_for_the_gain():
     said = against_prediction(prediction(1080, 5736), [pooled(8, 1094, 1086, 1098), pooled(64, 5539, 5400, 5667)])
-    assert "5% high: within 10%, so the step clock accounts for the gain" in said
+    assert "5% high: within 10%, so the step-time model accounts for the gain" in said
 
 
 def test_a_setting_predicted_to_the_percent_reads_zero_not_minus_zero():

@@ -1,11 +1,11 @@
 """Notebook 04's prediction of the lab, held against what the lab measured: one sentence of numbers and a verdict.
 
-Notebook 04 fits a step clock on its own server and predicts the lab's output tok/s at 8 and 64 slots
+Notebook 04 fits a step-time model on its own server and predicts the lab's output tok/s at 8 and 64 slots
 (:mod:`helpers.batching.prediction`); the lab draws that prediction on its sweep, and this says in numbers how
 close it came. The verdict reads the ratio of 64 to 8 against 10% and against the spread of the lab's own runs:
 a miss inside that spread is one these runs cannot tell from noise. Each setting's own error is stated too,
 since a ratio can be right while both settings are off by the same factor (on a GPU with a small model the
-front end, which the clock models more coarsely than the engine, can set both).
+front end, which the model describes more coarsely than the engine, can set both).
 
 Example::
 
@@ -18,7 +18,7 @@ Example::
     >>> print(against_prediction(saved, [row(8, 80.9, 80.4, 81.4), row(64, 108.0, 107.0, 109.0)]))
     ... # doctest: +NORMALIZE_WHITESPACE
     Notebook 04 predicted 78 output tok/s at 8 slots and 112 at 64, 1.44x; you measured 81 and 108, 1.33x
-    (1.31-1.36x between your runs). The ratio's prediction is 8% high: within 10%, so the step clock accounts for
+    (1.31-1.36x between your runs). The ratio's prediction is 8% high: within 10%, so the step-time model accounts for
     the gain. Each setting: -4% at 8, +4% at 64.
 """
 
@@ -49,11 +49,11 @@ def against_prediction(prediction: dict[str, Any], rows: Sequence[ResultRow]) ->
     ratio_low, ratio_high = low[last] / high[first], high[last] / low[first]
     error = ratio_predicted / ratio - 1
     if abs(error) <= CLOSE_ENOUGH:
-        verdict = "within 10%, so the step clock accounts for the gain"
+        verdict = "within 10%, so the step-time model accounts for the gain"
     elif ratio_low <= ratio_predicted <= ratio_high:
-        verdict = "outside 10%, but inside the spread of your runs: these runs cannot tell the clock wrong"
+        verdict = "outside 10%, but inside the spread of your runs: these runs cannot tell the model wrong"
     else:
-        verdict = ("outside 10% and outside the spread of your runs: the clock misses something this run had; "
+        verdict = ("outside 10% and outside the spread of your runs: the model misses something this run had; "
                    "each setting's error below says on which side")
     settings = ", ".join(f"{_percent(predicted[seqs] / mean[seqs] - 1)} at {seqs}" for seqs in (first, last))
     return (f"Notebook 04 predicted {predicted[first]:,.0f} output tok/s at {first} slots and {predicted[last]:,.0f} "
