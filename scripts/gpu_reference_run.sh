@@ -25,7 +25,8 @@
 #       notebooks and labs; "test-part:PATH[,PATH...]" the same pytest over one piece of it (tests/ files, tests/,
 #       a notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
 #       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
-#       makes every step take a T4's code path (float16, Triton attention) on a bigger GPU.
+#       makes every step take a T4's code path (float16, Triton attention) on a bigger GPU; "t4:STEP" only that
+#       step (its results file named t4-...), e.g. STEPS="t4:test-part:notebooks/06_beyond_one_server.ipynb lab-smollm2".
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.
 set -uo pipefail
@@ -53,16 +54,17 @@ gpu_pytest() {  # NAME PATHS...: make test-gpu's pytest over PATHS, its results 
     local name=$1; shift
     mkdir -p build/gpu/test-results
     "$PY" -m pytest "$@" --nbval-lax -p no:cacheprovider -v -m "not browser" --ignore=labs/learner \
-        --junitxml="build/gpu/test-results/$name.xml"
+        --junitxml="build/gpu/test-results/${VLLM_COURSE_GPU_AS:+$VLLM_COURSE_GPU_AS-}$name.xml"
 }
 
 # The lab's GPU output length (OUTPUT_TOKENS in labs/01_concurrency_lab.ipynb), so sweep and lab compare.
 sweep_args=(--output-tokens 256 --repetitions "${SWEEP_REPETITIONS:-2}")
 [[ -n ${SWEEP_SETTINGS:-} ]] && sweep_args+=(--settings $SWEEP_SETTINGS)
 
-for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
-    echo "=== $step $(date -u +%T)"
+run_step() {
+    local step=$1
     case $step in
+        t4:*) VLLM_COURSE_GPU_AS=t4 run_step "${step#t4:}" ;;
         lab-smollm2) "$PY" scripts/run_course.py --out build/gpu/smollm2 labs/01_concurrency_lab.ipynb ;;
         lab-dummy) on_8b_shape labs/01_concurrency_lab.ipynb ;;
         dummy:*) on_8b_shape "${step#dummy:}" ;;
@@ -96,5 +98,10 @@ with start_server(max_num_seqs=4) as server:
     write_atomically("build/gpu/capture/metrics.txt", server.get("/metrics"))' ;;
         *) "$PY" scripts/run_course.py --out build/gpu/notebooks "$step" ;;
     esac
+}
+
+for step in ${STEPS:-lab-smollm2 lab-dummy notebooks}; do
+    echo "=== $step $(date -u +%T)"
+    run_step "$step"
 done
 echo "=== done $(date -u +%T)"
