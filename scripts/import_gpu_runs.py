@@ -58,9 +58,12 @@ def copy_name(source: str, model: str) -> str:
     return f"{stem}.ipynb" if model == DEFAULT_MODEL else f"{stem}-{model}.ipynb"
 
 
+CHECK_MARKER = "# NBVAL_CHECK_OUTPUT\n"  # nbval's annotation, not code: a cell runs the same with or without it
+
+
 def code_of(path: Path) -> list[str]:
     cells = json.loads(path.read_text())["cells"]
-    return ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+    return ["".join(cell["source"]).removeprefix(CHECK_MARKER) for cell in cells if cell["cell_type"] == "code"]
 
 
 def read_copy(path: Path) -> GpuCopy:

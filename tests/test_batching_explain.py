@@ -95,7 +95,8 @@ def test_a_sublinear_prediction_explains_the_overhead_and_the_per_sequence_ceili
     model = StepTimeModel()
     lab = lab_trace()
     text = explain_prediction(model, prediction_record(model, trace=lab), 1.6, lab)
-    assert "Not 8x" in text and "50 take" in text and "10,256 prompt tokens" in text
+    assert "Below the cap" in text and "50 take" in text and "10,256 prompt tokens" in text
+    assert "at most 50 run at once, so 6.25x is the most more slots could give" in text
     assert f"{1 / model.decode_seq_s:,.0f} tok/s" in text
 
 
@@ -103,7 +104,7 @@ def test_a_nearly_linear_prediction_says_the_overhead_dominates():
     model = StepTimeModel(overhead_s=0.01, prefill_token_s=1e-7, decode_seq_s=1e-6)
     lab = lab_trace()
     text = explain_prediction(model, prediction_record(model, trace=lab), 1.6, lab)
-    assert "Close to linear" in text and "Not 8x" not in text
+    assert "Close to that cap" in text and "Below the cap" not in text
 
 
 def test_the_summary_has_its_four_bullets():

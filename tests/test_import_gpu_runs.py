@@ -127,3 +127,15 @@ def test_a_path_that_is_not_there_is_named_with_what_to_give(tmp_path, executed,
     with pytest.raises(SystemExit):
         import_gpu_runs.main([str(tmp_path / "gpu.tgz-not-unpacked")])
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_nbvals_check_marker_is_not_code_but_any_other_change_is(tmp_path):
+    """A cell that lost (or gained) its `# NBVAL_CHECK_OUTPUT` line runs the same code; a changed comment does not."""
+    def notebook(*sources: str) -> Path:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path)
+        return path
+
+    marked = notebook("# NBVAL_CHECK_OUTPUT\nprint(1)", "x = 2")
+    assert import_gpu_runs.code_of(marked) == import_gpu_runs.code_of(notebook("print(1)", "x = 2"))
+    assert import_gpu_runs.code_of(marked) != import_gpu_runs.code_of(notebook("print(1)  # one", "x = 2"))

@@ -62,3 +62,32 @@ def test_notebook_has_the_course_sections(path):
                 for line in cell.source.splitlines() if line.startswith("## ")]
     for section in SECTIONS:
         assert any(section in heading for heading in headings), f"{path.name} lacks a '## {section}' section"
+
+
+
+# Stored outputs below a notebook's first exercise that answer none of its exercises: a line of the cell, and why.
+SHOWS_NO_ANSWER = {
+    "03_paged_attention.ipynb": {
+        "print(waste_table(summaries))": "naive against paged waste; the block-size exercise asks about sizes it does not show",
+        "print(paper_table(summaries))": "the same runs beside the paper; no exercise asks for them",
+    },
+    "04_continuous_batching.ipynb": {
+        "for num_kv_blocks in (None, 400, 120, 60, 40):": "the pool's effect on the lab's trace; no exercise asks it",
+    },
+}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_stored_output_below_an_exercise_gives_an_answer_away(path):
+    """A stored output is on screen as soon as the notebook opens, before any cell runs: below an exercise it
+    can show what the exercise asks the learner to predict (notebook 03's block table and notebook 04's table of
+    the four traces once did). Each one there is listed above with the reason it answers nothing."""
+    cells = nbformat.read(path, as_version=4).cells
+    first = next((i for i, cell in enumerate(cells) if cell.cell_type == "code"
+                  and any(line.startswith("answer = None") for line in cell.source.splitlines())), len(cells))
+    allowed = SHOWS_NO_ANSWER.get(path.name, {})
+    shown = [i for i, cell in enumerate(cells[first:], first) if cell.cell_type == "code" and cell.outputs
+             and not any(line in cell.source.splitlines() for line in allowed)]
+    assert not shown, (f"{path.name}: code cells {shown} store outputs below the first exercise (cell {first}), "
+                       "visible before the learner answers; store none there (or list the cell in SHOWS_NO_ANSWER "
+                       "with the reason it gives no answer away)")

@@ -210,7 +210,7 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
         return _right(f"b = 4 x overhead_s / decode_seq_s = 4 x {1000 * model.overhead_s:.1f} / "
                               f"{1000 * model.decode_seq_s:.2f} = {exact:.1f}, so {needed} requests: "
                               f"{model.decode_tok_s(needed):.0f} of at most {ceiling:.0f} tok/s. Beyond that, "
-                              "a bigger max_num_seqs buys little decode speed.")
+                              f"a bigger max_num_seqs buys little decode speed. {_lab_settings_against(needed)}")
     hint = ("Set b / (overhead_s + b * decode_seq_s) equal to 0.8 / decode_seq_s and solve for b; "
             "model.decode_tok_s(b) lets you check a guess.")
     if math.isclose(value, ceiling, rel_tol=0.03):
@@ -219,6 +219,21 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
         reached = model.decode_tok_s(max(1, round(value))) / ceiling
         hint = f"At {value:g} requests decoding reaches only {reached:.0%} of the ceiling. " + hint
     return _wrong(f"{value:g} is not it. {hint}")
+
+
+def _lab_settings_against(needed: int, low: int = 8, high: int = 64) -> str:
+    """Where the lab's two settings fall against the batch that reaches 80% of the decode ceiling.
+
+    >>> print(_lab_settings_against(39))
+    The lab's 8 is below it and its 64 above it: 64 slots decode near the ceiling, 8 well short of it.
+    """
+    if needed > high:
+        return (f"The lab's {low} and {high} are both below it: on this machine more slots still speed decoding up, "
+                f"even at {high}.")
+    if needed > low:
+        return (f"The lab's {low} is below it and its {high} above it: {high} slots decode near the ceiling, "
+                f"{low} well short of it.")
+    return f"The lab's {low} and {high} are both above it: here even {low} slots decode near the ceiling."
 
 
 def check_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) -> None:

@@ -106,12 +106,15 @@ def explain_prediction(fitted: StepTimeModel, prediction: Mapping[str, Any], ref
     clock_low, clock_high = (clocks or {}).get(low, fitted), (clocks or {}).get(high, fitted)
     tok_s_low, tok_s_high = prediction["predicted_output_tok_s"][0], prediction["predicted_output_tok_s"][-1]
     ratio = tok_s_high / tok_s_low
-    head = (f"{tok_s_low:,.0f} output tok/s at `--max-num-seqs {low}` and {tok_s_high:,.0f} at {high}: **{ratio:.2f}x** "
-            f"for {high / low:g}x the slots (the reference defaults predict {reference_ratio:.2f}x). ")
     running = min(high, len(lab))
+    cap = running / low  # the lab's requests let at most `running` run at once
+    head = (f"{tok_s_low:,.0f} output tok/s at `--max-num-seqs {low}` and {tok_s_high:,.0f} at {high}: **{ratio:.2f}x** "
+            f"for {high / low:g}x the slots. The lab's {len(lab)} requests let at most {running} run at once, so "
+            f"{cap:.2f}x is the most more slots could give: {ratio / cap:.0%} of it (the reference defaults predict "
+            f"{reference_ratio:.2f}x). ")
     front = _front_end_sentence(clock_low, clock_high, low, high, running)
-    if ratio >= 0.5 * high / low:
-        why = (f"Close to linear: on this hardware the {duration(fitted.overhead_s)} fixed cost of a step dominates "
+    if ratio >= 0.9 * cap:
+        why = (f"Close to that cap: on this hardware the {duration(fitted.overhead_s)} fixed cost of a step dominates "
                f"the {duration(fitted.decode_seq_s)} each sequence adds, so a bigger batch is nearly free. ")
     else:
         step_low, step_high = clock_low.step_seconds(0, low), clock_high.step_seconds(0, running)
@@ -121,7 +124,7 @@ def explain_prediction(fitted: StepTimeModel, prediction: Mapping[str, Any], ref
                         f"streaming at {1 / clock_high.stream_token_s:,.0f} tok/s")
         prompt_tokens = sum(r.prompt_len for r in lab)
         output_tokens = sum(r.output_len for r in lab)
-        why = (f"Not {high / low:g}x, for two reasons the fit makes concrete. Decoding {low} requests takes "
+        why = (f"Below the cap, for two reasons the fit makes concrete. Decoding {low} requests takes "
                f"{duration(step_low)} a step ({low / step_low:,.0f} tok/s) and {running} take {duration(step_high)} "
                f"({running / step_high:,.0f} tok/s): more slots spread the {duration(fitted.overhead_s)} overhead "
                f"thinner, but each sequence still costs {duration(fitted.decode_seq_s)}, so decoding never beats "

@@ -137,8 +137,8 @@ def step_text(low: ResultRow, high: ResultRow, growth: float, speedup: float | N
     a, b = low.max_num_seqs, high.max_num_seqs
     batch = batch_growth(low.summary, high.summary)
     tpot_low, tpot_high = low.summary.tpot_mean_ms, high.summary.tpot_mean_ms
-    text = (f"The mean time per output token (one decode step, as each request sees it) was {tpot_low:.0f} ms at "
-            f"{a} and {tpot_high:.0f} ms at {b}: {growth:.2f}x longer for a {batch:.2f}x larger batch. Tokens/s "
+    text = (f"The mean time per output token (one decode step, as each request sees it) was {tpot_low:.3g} ms at "
+            f"{a} and {tpot_high:.3g} ms at {b}: {growth:.2f}x longer for a {batch:.2f}x larger batch. Tokens/s "
             f"per running request fell from {1000 / tpot_low:.1f} to {1000 / tpot_high:.1f}.")
     if growth >= 0.75 * batch:
         text += (" Step time grew almost in proportion to the batch, so a larger batch bought little: "
@@ -243,8 +243,10 @@ def hardware_text(device: str, growth: float | None, low: ResultRow, high: Resul
                      f" Here step time grew {growth:.2f}x for a {batch:.2f}x batch, less than proportionally: "
                      "some per-step work (weights, Python overhead) is shared.")
         return text
-    text = ("On a GPU, a decode step for a small batch is bound by memory bandwidth (all weights are read "
-            "once per step), so more requests per step cost little until compute saturates.")
+    text = ("On a GPU, a decode step has a fixed cost the whole batch shares: reading every weight once (most of "
+            "a step for a large model) and the host's work of scheduling, launching kernels and streaming tokens "
+            "(most of a step for a small one), so more requests per step cost little until the GPU or the host "
+            "saturates.")
     if growth is not None:
         text += (f" Yet here step time grew {growth:.2f}x for a {batch:.2f}x batch: the GPU (or the server "
                  "process feeding it) was saturated." if proportional else

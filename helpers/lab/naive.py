@@ -100,7 +100,16 @@ class NaiveComparison:
         return (f"{self.requests} requests: a generate() loop took {self.naive_wall_s:.1f} s "
                 f"({self.naive_tok_per_s:.1f} output tok/s); vLLM at max_num_seqs={self.max_num_seqs} took "
                 f"{self.vllm_wall_s:.1f} s ({self.vllm_tok_per_s:.1f} tok/s): {self.speedup:.1f}x the throughput, "
-                f"the batch done in {self.vllm_wall_s / self.naive_wall_s:.0%} of the time.")
+                f"the batch done in {_share(self.vllm_wall_s / self.naive_wall_s)} of the time.")
+
+
+def _share(fraction: float) -> str:
+    """A share of the time; below 1%, where a percentage would round to nothing, as a fraction (a GPU's batch).
+
+    >>> _share(0.23), _share(0.0046)
+    ('23%', '1/217')
+    """
+    return f"{fraction:.0%}" if fraction >= 0.01 else f"1/{1 / fraction:,.0f}"
 
 
 def compare_naive(naive: NaiveRun, vllm_run: Any) -> NaiveComparison:

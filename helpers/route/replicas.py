@@ -149,7 +149,9 @@ def start_replicas(n: int, config: ServerConfig | None = None, *, quiet: bool = 
     configs = replica_configs(n, replace(config or ServerConfig(), **settings))
     replicas = ReplicaSet([VLLMServer(each) for each in configs])
     if not quiet:
-        print(f"starting {n} replicas together (20-60 s on a 2-core CPU; on a GPU one after the other)...", flush=True)
+        how = ("together (15-60 s on a 2-core CPU)" if all(server.device == "cpu" for server in replicas.servers)
+               else "one after the other (vLLM checks a GPU's free memory as it starts)")
+        print(f"starting {n} replicas {how}...", flush=True)
     start_together(replicas.servers, labels=[f"replica {i + 1}/{n}" for i in range(n)], quiet=True)
     if not quiet:
         for index, (server, each) in enumerate(zip(replicas, configs)):

@@ -152,7 +152,7 @@ def plot_roofline(measured: Sequence[tuple[int, float]], bounds: Sequence[Decode
     >>> bounds = [decode_roofline(270e6, 23_040, [300] * b, 20e9) for b in (1, 4, 8)]
     >>> fig = plot_roofline([(1, 0.030), (8, 0.045)], bounds, "20 GB/s")
     >>> fig.axes[0].get_title()
-    'at 8 sequences a step took 45 ms; reading its bytes at 20 GB/s takes at least 16.3 ms: 36% of the bound'
+    'at 8 sequences a step took 45 ms; reading its bytes at 20 GB/s takes at least 16.3 ms: the bound is 36% of the step'
     """
     fig = Figure(figsize=(8, 4.4), layout="constrained")
     ax = fig.subplots()
@@ -169,5 +169,5 @@ def plot_roofline(measured: Sequence[tuple[int, float]], bounds: Sequence[Decode
     bound = next((b for b in bounds if b.batch == batch), None)
     ax.set_title(f"at {batch} sequences a step took {step_s * 1e3:.3g} ms" + (
         "" if bound is None else f"; reading its bytes at {bandwidth_note} takes at least "
-        f"{bound.step_s * 1e3:.3g} ms: {bound.efficiency(step_s):.0%} of the bound"))
+        f"{bound.step_s * 1e3:.3g} ms: the bound is {bound.efficiency(step_s):.0%} of the step"))
     return fig
