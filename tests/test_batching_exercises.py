@@ -64,6 +64,13 @@ def test_the_eighty_percent_check_uses_the_model_it_is_given():
     assert not ex.grade_batch_for_80_percent(10, StepTimeModel()).ok
 
 
+def test_a_fit_without_a_decode_slope_says_there_is_no_ceiling_instead_of_failing():
+    flat = StepTimeModel(overhead_s=0.01, decode_seq_s=0.0)  # what the fit leaves when it pins a negative slope at 0
+    for answer in (None, 1000):
+        fb = ex.grade_batch_for_80_percent(answer, flat)
+        assert fb.ok is None and "no decode ceiling" in fb.message and "StepTimeModel()" in fb.message
+
+
 def test_giving_the_ceiling_instead_of_a_batch_size_is_explained():
     model = StepTimeModel(overhead_s=0.03, decode_seq_s=0.004)
     fb = ex.grade_batch_for_80_percent(250, model)

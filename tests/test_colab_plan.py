@@ -53,6 +53,12 @@ def test_the_plan_installs_vllm_0_26_on_pypis_cuda_13_torch(checked):
     assert torch_wheel.filename.startswith("torch-2.11.0-cp313-cp313-manylinux"), torch_wheel.filename
 
 
+def test_the_plan_brings_everything_the_notebooks_import_that_the_image_lacks(checked):
+    installed = checked["new"].closure.installed
+    assert installed["vllm-router"].version == "0.1.17"  # notebook 06's router (requirements/common.txt's pin)
+    assert "gguf" in installed  # the embedded model's conversion
+
+
 def test_pip_read_the_requirements_markers_as_colabs_python_3_13_does(checked):
     result = checked["new"]
     # vLLM 0.26 asks for setuptools>=77.0.3,<81 only `; python_version > "3.11"`: the image has 75.2.0.

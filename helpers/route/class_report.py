@@ -7,7 +7,8 @@ groups a :class:`~helpers.route.class_sim.ClassRun`'s records by student and giv
 (request sent -> last token, client clock; ``numpy.percentile``'s linear interpolation, so over
 three requests it lies between the two slowest), and whether every request was answered within
 ``target_s``-or-better at the p95. :func:`save_class_sim` writes the reports with the machine
-that produced them (``results/cpu/route/class_sim.json`` on a CPU, ``results/gpu/route/`` on a GPU);
+that produced them (:func:`run_path`, under ``build/``; the course's references in ``results/cpu/route/`` and
+``results/gpu/route/`` are copies of such runs);
 :func:`load_class_sim` reads them back as plain data.
 
 Example::
@@ -31,7 +32,7 @@ from typing import Any
 from helpers import validate
 from helpers.files import read_json, write_atomically
 from helpers.load.summary import percentile
-from helpers.paths import COURSE_ROOT
+from helpers.paths import build_dir
 
 RESULTS_NAME = "class_sim.json"
 
@@ -123,9 +124,11 @@ def replicas_needed(reports: Sequence[ClassReport]) -> int | None:
     return min(good) if good else None
 
 
-def results_path(device: str) -> Path:
-    """results/cpu/route/class_sim.json, or results/gpu/route/class_sim.json on a GPU."""
-    return COURSE_ROOT / "results" / ("gpu" if device == "cuda" else "cpu") / "route" / RESULTS_NAME
+def run_path() -> Path:
+    """build/route/class_sim.json: where a run of notebook 06 keeps its numbers. The course's references,
+    ``results/cpu/route/`` and ``results/gpu/route/``, are copies of such a run, made by hand: a learner's run
+    never changes a file the repository tracks."""
+    return build_dir("route") / RESULTS_NAME
 
 
 def save_class_sim(path: Path | str, reports: Sequence[ClassReport], **about: Any) -> Path:
