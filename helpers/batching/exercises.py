@@ -201,10 +201,10 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
     model = model or StepTimeModel()
     exact = batch_for_fraction_of_ceiling(model)
     if math.isinf(exact):  # the fit pinned decode_seq_s at 0: every sequence rides free, there is no ceiling
-        return Feedback(None, f"This fit has no decode ceiling to reach 80% of: its decode_seq_s is 0 (the fit pins a "
-                              f"negative slope at 0), so b / (overhead_s + b * decode_seq_s) grows without limit. Fit "
-                              f"again (run the measuring cell again; a busy machine can flatten the slope), or pass "
-                              f"the defaults: check_batch_for_80_percent(answer, StepTimeModel()).")
+        return Feedback(None, "This fit has no decode ceiling to reach 80% of: its decode_seq_s is 0 (the fit pins a "
+                              "negative slope at 0), so b / (overhead_s + b * decode_seq_s) grows without limit. Fit "
+                              "again (run the measuring cell again; a busy machine can flatten the slope), or pass "
+                              "the defaults: check_batch_for_80_percent(answer, StepTimeModel()).")
     needed = math.ceil(exact - 1e-9)
     answer_audit.expect("batch for 80% of the ceiling", exact, needed)
     if answer is None:
