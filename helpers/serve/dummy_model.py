@@ -12,7 +12,7 @@ throughput, KV capacity and batching behave like it. Its text is meaningless: us
 with fixed output lengths (``ignore_eos``, as the lab does), and say so wherever it appears.
 
 Choose it with ``VLLM_COURSE_MODEL=dummy:llama-3.1-8b`` or ``start_server(model="dummy:llama-3.1-8b")``.
-It needs a GPU with room for about 14 GiB of bf16 weights plus the KV cache.
+It needs a GPU with room for about 15 GiB (16 GB) of bf16 weights plus the KV cache: more than a T4 holds.
 
 Example::
 
