@@ -35,7 +35,7 @@ from helpers.errors import ConfigError, NotEnoughMemoryError
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, GPU_SHARE, LOOPBACK, ServerConfig
 from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device
 from helpers.serve.server import VLLMServer
-from helpers.serve.together import start_together
+from helpers.serve.together import start_together, starts_at_once
 
 
 @dataclass
@@ -149,7 +149,7 @@ def start_replicas(n: int, config: ServerConfig | None = None, *, quiet: bool = 
     configs = replica_configs(n, replace(config or ServerConfig(), **settings))
     replicas = ReplicaSet([VLLMServer(each) for each in configs])
     if not quiet:
-        how = ("together (15-60 s on a 2-core CPU)" if all(server.device == "cpu" for server in replicas.servers)
+        how = ("together (15-60 s on a 2-core CPU)" if starts_at_once(replicas.servers)
                else "one after the other (vLLM checks a GPU's free memory as it starts)")
         print(f"starting {n} replicas {how}...", flush=True)
     start_together(replicas.servers, labels=[f"replica {i + 1}/{n}" for i in range(n)], quiet=True)

@@ -23,6 +23,11 @@ from helpers.serve import preflight
 from helpers.serve.server import POLL_S, STARTING_GRACE_S, VLLMServer, progress_printer
 
 
+def starts_at_once(servers: Sequence[VLLMServer]) -> bool:
+    """Whether :func:`start_together` launches these servers at once (all on a CPU) or one after the other."""
+    return all(server.device == "cpu" for server in servers)
+
+
 def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | None = None,
                    quiet: bool = False) -> list[VLLMServer]:
     """Start ``servers`` (created, not started) at once on a CPU, one after the other on a GPU;
@@ -45,8 +50,7 @@ def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | Non
             server.check_before_launch(say, starting_with)
             if server.device == "cpu":
                 starting_with += preflight.cpu_memory_gib(server.config)
-        at_once = all(server.device == "cpu" for server in servers)
-        waves = [list(zip(servers, says))] if at_once else [[pair] for pair in zip(servers, says)]
+        waves = [list(zip(servers, says))] if starts_at_once(servers) else [[pair] for pair in zip(servers, says)]
         for wave in waves:
             for server, say in wave:
                 server.launch_on_free_port(say)
