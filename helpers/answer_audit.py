@@ -7,11 +7,13 @@ Markdown, HTML or a table, its result) with the cell's place in the run, and :fu
 grader calls with the answer it expects, raises :class:`AnswerShownAbove` when an earlier cell showed that
 number. "Earlier" leaves out the grading cell and the cell just before it (the learner's answer cell, which
 may compute and print the answer once the learner has written it), and every cell that ran before the measurement
-the answer is computed from: a load test's records remember the cell that made them (:func:`note_made`, which
-:func:`helpers.load.run.run_load_test` calls), and a grader that passes them (``expect(..., since=made_in(records))``)
-is audited from that cell on. A number printed before the run existed cannot show what the run measured; it can only
-equal it by chance (lab 1's client check and generate() loop print dozens of latencies and rates of their own runs
-before the lab's experiment).
+the answer is computed from: a load test's records, and a step-time model fitted to measurements, remember the cell
+that made them (:func:`note_made`, which :func:`helpers.load.run.run_load_test` and
+:func:`helpers.batching.step_time.fit_step_time_model` call), and a grader that passes them
+(``expect(..., since=made_in(records))``) is audited from that cell on. A number printed before the run existed cannot
+show what the run measured; it can only equal it by chance (lab 1's client check and generate() loop print dozens of
+latencies and rates of their own runs before the lab's experiment; on 2026-12-05 "149" in notebook 04's list of output
+lengths, printed before the fit, "showed" the fit's 80% batch of 148.96 and failed a CI run).
 
 What counts as "that number": a number shown with at least three significant digits that rounds to the answer
 at the precision it was shown (``33.5`` shows 33.47; ``45.2%`` shows 0.4523). Shorter numbers are left out: they
@@ -52,7 +54,7 @@ AUDIT_ENV = "VLLM_COURSE_AUDIT_ANSWERS"
 # A number on its own, not part of a name ("H200", "AVX-512", "SmolLM2-135M", "v0.26") or of a range's far end.
 NUMBER = re.compile(r"(?<![\w.])(?<!\w-)-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?%?")
 # a line of a server's start-up progress (helpers.serve.server): left out, see the module's docstring
-PROGRESS_LINE = re.compile(r"^\[\s*\d+\.\d s\] [^\n]*", re.M)
+PROGRESS_LINE = re.compile(r"^\[\s*\d+\.\d s\] [^\n]*", re.MULTILINE)
 TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
 SIGNIFICANT_DIGITS = 3  # the fewest a shown number needs to count as showing an answer
 WRITTEN_AS_RATIO = re.compile(r"\s?(?:x|×|times)(?!\w)")  # right after a number: "1.48x", "1.48 ×", "1.48 times"

@@ -128,3 +128,29 @@ def test_a_number_shows_the_answer_when_it_rounds_to_it_with_three_digits_or_mor
 ])
 def test_an_exercise_that_asks_for_four_digits_is_not_shown_by_a_three_digit_number(answer, text, token):
     assert shown_as(answer, text, digits=4) == token
+
+
+FIT = ("from helpers import answer_audit\nfrom helpers.batching.step_time import StepTimeModel\n"
+       "fitted = StepTimeModel(overhead_s=0.03724, decode_seq_s=0.001)  # 80% of the ceiling at b = 148.96\n"
+       "answer_audit.note_made([fitted])  # as fit_step_time_model does")
+CHECK_FIT = "from helpers.batching.exercises import check_batch_for_80_percent\ncheck_batch_for_80_percent(answer, fitted)"
+SHOW_LENGTHS = "print('output tokens: [149, 133, 145]')"
+
+
+def test_a_fitted_models_answer_is_audited_from_the_cell_that_fitted_it():
+    nb = notebook(SETUP, SHOW_LENGTHS, FIT, ANSWER, CHECK_FIT)  # notebook 04's order on 2026-12-05's CI machine
+    execute(nb)
+    assert "not answered yet" in nb.cells[4].outputs[0]["text"].lower()
+    with pytest.raises(CellExecutionError, match=r"AnswerShownAbove.*80% of the ceiling.*'149'"):
+        execute(notebook(SETUP, FIT, SHOW_LENGTHS, ANSWER, CHECK_FIT))
+
+
+def test_fitting_a_step_time_model_notes_the_cell_that_made_it(monkeypatch):
+    from helpers import answer_audit
+    from helpers.batching.step_time import StepMeasurement, StepTimeModel, fit_step_time_model
+
+    monkeypatch.setattr(answer_audit, "_cells", [5])
+    monkeypatch.setattr(answer_audit, "_made", {})
+    true = StepTimeModel(overhead_s=0.02, decode_seq_s=0.004)
+    fitted = fit_step_time_model([StepMeasurement.decode(b, true.decode_tok_s(b)) for b in (1, 8, 64)])
+    assert answer_audit.made_in([fitted]) == 5 and answer_audit.made_in([true]) == 0

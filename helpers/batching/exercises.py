@@ -206,7 +206,8 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
                               "again (run the measuring cell again; a busy machine can flatten the slope), or pass "
                               "the defaults: check_batch_for_80_percent(answer, StepTimeModel()).")
     needed = math.ceil(exact - 1e-9)
-    answer_audit.expect("batch for 80% of the ceiling", exact, needed)
+    # a fitted model is audited from the cell that fitted it: a number printed before the fit cannot show it
+    answer_audit.expect("batch for 80% of the ceiling", exact, needed, since=answer_audit.made_in([model]))
     if answer is None:
         return _unanswered("Set `answer` to a batch size (a number of requests).")
     value = _number(answer)
