@@ -154,3 +154,26 @@ def test_fitting_a_step_time_model_notes_the_cell_that_made_it(monkeypatch):
     true = StepTimeModel(overhead_s=0.02, decode_seq_s=0.004)
     fitted = fit_step_time_model([StepMeasurement.decode(b, true.decode_tok_s(b)) for b in (1, 8, 64)])
     assert answer_audit.made_in([fitted]) == 5 and answer_audit.made_in([true]) == 0
+
+
+def test_the_cached_tokens_exercise_is_audited_from_the_run_that_measured_them(monkeypatch):
+    from helpers import answer_audit
+    from helpers.load.client import RequestRecord
+    from helpers.load.prometheus import MetricsSample
+    from helpers.load.run import LoadTestRun, ServerFacts
+    from helpers.tuning.exercises import grade_hits_per_request
+    from helpers.tuning.measurement import Measurement
+
+    monkeypatch.setattr(answer_audit, "_made", {})
+    records = [RequestRecord(i, ok=True) for i in range(4)]
+    run = LoadTestRun("prefix caching: on", {}, ServerFacts("smollm2"), "CPU", "2026-01-01T00:00:00+00:00", 1.0, records)
+    samples = [MetricsSample(0.0, 0, 0, 0.0, 0, 0, 0, 100, 40), MetricsSample(1.0, 0, 0, 0.0, 0, 0, 0, 500, 340)]
+    on = Measurement("prefix caching", "on", run, samples)  # 300 hits over 4 requests: 75.0 a request
+    monkeypatch.setattr(answer_audit, "_cells", [5])
+    answer_audit.note_made(records)
+    monkeypatch.setattr(answer_audit, "_cells", [9])
+    monkeypatch.setattr(answer_audit, "_shown", [(3, "an earlier run: 75.0 tokens")])
+    assert grade_hits_per_request(None, on).ok is None
+    monkeypatch.setattr(answer_audit, "_shown", [(6, "this run: 75.0 tokens")])
+    with pytest.raises(answer_audit.AnswerShownAbove, match="'75.0'"):
+        grade_hits_per_request(None, on)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from helpers.answer_audit import made_in
 from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
 from helpers.paged.kv_math import tokens_that_fit
 from helpers.tuning.arithmetic import (
@@ -52,7 +53,8 @@ def grade_hits_per_request(answer: Any, measurement: Any) -> Feedback:
     requests = max(measurement.summary.num_requests, 1)
     return grade_number(answer, measurement.prefix_cache_hits / requests, name="cached prompt tokens per request",
                         rel_tol=0.01, hint="prefix_cache_hits of the last sample minus the first, over the run's "
-                                           "requests: len(prefix_on.run.records).")
+                                           "requests: len(prefix_on.run.records).",
+                        audit_since=made_in(measurement.run.records))  # numbers shown before the run are not its own
 
 
 def grade_ideal_hits(answer: Any, num_requests: int, shared_tokens: int, block_size: int) -> Feedback:
