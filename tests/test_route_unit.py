@@ -138,3 +138,63 @@ def test_the_spread_counts_each_replicas_requests_and_prefix_hits_between_two_sc
     assert (busy.num_requests, busy.prefix_cache_queries, busy.prefix_cache_hits) == (6, 3072, 2560)
     assert busy.hit_rate == pytest.approx(2560 / 3072) and idle.hit_rate is None
     assert describe_shares([busy, idle]).splitlines()[1] == "http://b: 0 requests (0%), prefix cache 0 of 0 prompt tokens"
+
+
+class Replica:
+    """What the router reads of a running replica: its URL and its key."""
+
+    def __init__(self, url: str, key: str | None) -> None:
+        self.url, self.config, self.model_name = url, ServerConfig(api_key=key), "smollm2"
+
+
+def test_a_router_open_to_the_network_refuses_replicas_that_do_not_demand_its_key():
+    for replicas, problem in (([Replica(URL, None)], "has no API key"),
+                              ([Replica(URL, "another-key-1234567")], "has a different API key")):
+        router = VLLMRouter(replicas, host="0.0.0.0", api_key=KEY)
+        with pytest.raises(ConfigError, match=rf"{URL} {problem}, so any key would be let in"):
+            router.start(quiet=True)
+        assert router.process is None
+
+
+def test_a_router_open_to_the_network_asks_url_replicas_with_a_wrong_key(monkeypatch):
+    from helpers.route import command
+
+    asked = []
+    monkeypatch.setattr(command, "_accepts", lambda url, key: asked.append((url, key)) or True)
+    router = VLLMRouter([URL], host="0.0.0.0", api_key=KEY, model_name="smollm2")
+    with pytest.raises(ConfigError, match=rf"{URL} accepts any key"):
+        router.start(quiet=True)
+    assert asked[0][0] == f"{URL}/v1/models" and asked[0][1] != KEY
+
+
+def test_replicas_that_demand_the_key_pass_the_check_and_loopback_needs_none():
+    from helpers.route.command import check_replicas_demand_key
+
+    check_replicas_demand_key("0.0.0.0", KEY, [Replica(URL, KEY)])
+    check_replicas_demand_key("127.0.0.1", KEY, [Replica(URL, None), URL])
+
+
+def test_the_probe_tells_a_replica_that_refuses_a_wrong_key_from_one_that_does_not():
+    import http.server
+    import threading
+
+    from helpers.route.command import _accepts
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # a keyed server on port 1, a keyless one on port 2
+            keyed = self.server.server_port == servers[0].server_port
+            self.send_response(401 if keyed and self.headers["Authorization"] != f"Bearer {KEY}" else 200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    servers = [http.server.HTTPServer(("127.0.0.1", 0), Models) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        keyed, keyless = (f"http://127.0.0.1:{server.server_port}/v1/models" for server in servers)
+        assert not _accepts(keyed, "wrong") and _accepts(keyed, KEY) and _accepts(keyless, "wrong")
+    finally:
+        for server in servers:
+            server.shutdown()

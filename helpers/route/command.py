@@ -23,8 +23,12 @@ Example::
 
 from __future__ import annotations
 
+import secrets
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
 from helpers.errors import ConfigError
 from helpers.serve.config import LOOPBACK, Launch, _is_loopback
@@ -100,6 +104,46 @@ def check_router_host(host: str, api_key: str | None) -> None:
     if not _is_loopback(host) and not api_key:
         raise ConfigError(f"host={host!r} would expose the router beyond this machine, with no key. Give the "
                           f"replicas an API key (students send it as their OpenAI api_key), or keep host={LOOPBACK!r}.")
+
+
+def replica_key(replica: Any) -> str | None:
+    """A replica's API key (a VLLMServer's ``config.api_key``, a shared server's ``api_key``); None for a URL or none."""
+    if isinstance(replica, str):
+        return None
+    key = getattr(getattr(replica, "config", None), "api_key", None) or getattr(replica, "api_key", None)
+    return key if key and key != "not-needed" else None  # "not-needed": what a keyless VLLMServer answers
+
+
+def check_replicas_demand_key(host: str, api_key: str | None, replicas: Sequence[Any]) -> None:
+    """A router beyond loopback admits every client key a replica accepts (its check asks the replicas'
+    ``/v1/models``), so each replica must demand the router's own key: a keyless one lets any key in.
+    Replicas given as URLs are asked with a random key, which must be refused (HTTP 401)."""
+    if _is_loopback(host):
+        return
+    for replica in replicas:
+        url = getattr(replica, "url", replica)
+        if isinstance(replica, str):
+            if _accepts(f"{url.rstrip('/')}/v1/models", "wrong-" + secrets.token_urlsafe(12)):
+                problem = "accepts any key"
+            else:
+                continue
+        elif (key := replica_key(replica)) == api_key:
+            continue
+        else:
+            problem = "has no API key" if key is None else "has a different API key"
+        raise ConfigError(f"host={host!r}: the router checks a student's key by asking the replicas, and the replica "
+                          f"at {url} {problem}, so any key would be let in. Start every replica with the router's "
+                          f"key (start_replicas(..., api_key=...)), or keep host={LOOPBACK!r}.")
+
+
+def _accepts(url: str, key: str, timeout: float = 5.0) -> bool:
+    """Whether ``url`` answers 200 to ``key``; False when it refuses it or cannot be reached (the start reports that)."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status == 200
+    except OSError:  # HTTPError (401) included
+        return False
 
 
 def build_router_launch(urls: Sequence[str], policy: str, *, host: str, port: int, metrics_port: int,

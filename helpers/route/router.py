@@ -47,7 +47,9 @@ from helpers.route.command import (
     build_router_launch,
     check_policy,
     check_replica_urls,
+    check_replicas_demand_key,
     check_router_host,
+    replica_key,
 )
 from helpers.serve import group, process
 from helpers.serve.access import ServerAccess
@@ -84,6 +86,7 @@ class VLLMRouter(ServerAccess):
         self.policy = check_policy(policy)
         self._key = api_key if api_key is not None else _shared_key(replicas)
         check_router_host(host, self._key)
+        self._replicas_to_ask = replicas  # check_replicas_demand_key, as the router starts
         self.replicas = [r for r in replicas if not isinstance(r, str)]
         self.model_name = model_name or _shared(replicas, "model_name", "model_name=")
         if self.model_name is None:
@@ -146,6 +149,7 @@ class VLLMRouter(ServerAccess):
             raise RouterNotInstalledError(
                 f"vLLM's router is not installed in this environment. Install it with `{INSTALL_HINT}` "
                 "(the version the course was tested with), then run this cell again.")
+        check_replicas_demand_key(self.config.host, self._key, self._replicas_to_ask)
         began = time.monotonic()
         self.port = choose_router_port(self.config.host, self.config.port)
         self.metrics_port = choose_router_port(LOOPBACK, None, after=self.port)
@@ -271,14 +275,8 @@ def _shared(replicas: Sequence[Any], name: str, hint: str | None, attr: str | No
 
 
 def _shared_key(replicas: Sequence[Any]) -> str | None:
-    """The replicas' one API key (a VLLMServer's ``config.api_key``, a shared server's ``api_key``), or None."""
-    keys = set()
-    for replica in replicas:
-        if isinstance(replica, str):
-            continue
-        key = getattr(getattr(replica, "config", None), "api_key", None) or getattr(replica, "api_key", None)
-        if key and key != "not-needed":  # what VLLMServer.api_key answers for a server without a key
-            keys.add(key)
+    """The replicas' one API key (:func:`helpers.route.command.replica_key`), or None."""
+    keys = {key for key in map(replica_key, replicas) if key}
     if len(keys) > 1:
         raise ConfigError("The replicas have different API keys; a router in front of them needs one key for all.")
     return keys.pop() if keys else None
