@@ -11,7 +11,7 @@ Rooms (subpackages), each opened by a docstring that lists its modules:
 - ``helpers.traffic``: open-loop request rates, SLOs, saturation and the token budget (the second lab).
 
 Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
-``validate`` (clear errors for bad arguments), ``local_http`` (a blocking GET whose every failure is an OSError), ``feedback`` (every exercise's verdict), ``units``
+``validate`` (clear errors for bad arguments), ``local_http`` (a blocking GET whose every failure is an OSError; loopback kept off proxies), ``feedback`` (every exercise's verdict), ``units``
 (durations and shares printed in the unit that shows them), ``colab``, ``answer_audit`` (the tests' check
 that no exercise's answer is printed above it).
 
@@ -19,7 +19,9 @@ A room imports the shared modules and the rooms listed before it, never one afte
 module has one role: a pure core, I/O, drawing, or notebook glue (``tests/test_layout.py``).
 """
 
-from helpers import answer_audit, drawing
+from helpers import answer_audit, drawing, local_http
+
+local_http.bypass_proxy_for_loopback()  # every course server is on 127.0.0.1: no http_proxy in between
 
 answer_audit.install()  # records what cells show, only while the course audits itself (answer_audit's docstring)
 drawing.show_figures_in_notebooks()  # a figure the helpers return shows as a picture, pyplot or not
