@@ -44,6 +44,7 @@ def checked(tmp_path_factory):
     return {"new": new_result, "old": old_result}
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_the_plan_installs_vllm_0_26_on_pypis_cuda_13_torch(checked):
     result = checked["new"]
     assert result.vllm == "0.26.0", result.report()
@@ -53,12 +54,14 @@ def test_the_plan_installs_vllm_0_26_on_pypis_cuda_13_torch(checked):
     assert torch_wheel.filename.startswith("torch-2.11.0-cp313-cp313-manylinux"), torch_wheel.filename
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_the_plan_brings_everything_the_notebooks_import_that_the_image_lacks(checked):
     installed = checked["new"].closure.installed
     assert installed["vllm-router"].version == "0.1.17"  # notebook 06's router (requirements/common.txt's pin)
     assert "gguf" in installed  # the embedded model's conversion
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_pip_read_the_requirements_markers_as_colabs_python_3_13_does(checked):
     result = checked["new"]
     # vLLM 0.26 asks for setuptools>=77.0.3,<81 only `; python_version > "3.11"`: the image has 75.2.0.
@@ -67,18 +70,21 @@ def test_pip_read_the_requirements_markers_as_colabs_python_3_13_does(checked):
     assert Version("77.0.3") <= Version(result.installs["setuptools"]) < Version("81"), result.report()
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_torch_and_vllms_extensions_use_the_same_cuda_major(checked):
     result = checked["new"]
     # vLLM's major is read from the libcudart.so.NN its extensions link to, not from a table.
     assert result.vllm_cuda == {result.torch_cuda} == {13}, result.report()
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_no_kernel_package_nor_ipywidgets_nor_psutil_changes(checked):
     result = checked["new"]
     touched = {name: result.installs[name] for name in KERNEL_PACKAGES + ALSO_KEPT if name in result.installs}
     assert touched == {}, result.report()
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_every_library_vllms_extensions_link_to_is_provided(checked):
     result = checked["new"]
     assert result.links is not None and len(result.links.needed_by) >= 10, result.report()
@@ -88,12 +94,14 @@ def test_every_library_vllms_extensions_link_to_is_provided(checked):
     assert any(p.folder == "nvidia/cu13/lib" for p in result.links.loadable("libcudart.so.13")), result.report()
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_the_image_packages_the_plan_leans_on_keep_their_requirements_met(checked):
     result = checked["new"]
     assert result.closure.unmet == [] and result.closure.unreadable == {}, result.report()
     assert result.ok, result.report()
 
 
+@pytest.mark.network  # the resolver and the wheel's ELF reads ask PyPI
 def test_the_old_plan_is_shown_broken_by_the_same_check(checked):
     result = checked["old"]
     # Colab's CUDA 12 torch is kept (2.11.0+cu128 satisfies ==2.11.0) under vLLM's CUDA 13 extensions.

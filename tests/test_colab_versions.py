@@ -111,6 +111,7 @@ def colab_venv() -> Path:
     return venv_python
 
 
+@pytest.mark.network  # builds its environment from PyPI's wheels (pip's cache, once built: none)
 def test_the_helpers_work_with_colabs_ipywidgets_and_psutil():
     venv_python = colab_venv()
     report = subprocess.run(
