@@ -9,6 +9,9 @@ streams one chat completion and returns one record, a dict with
 - ``"tokens"``: the output tokens the server counted (``usage.completion_tokens``);
 - ``"error"``: None, or the error as text: a failed request is a record, not an exception.
 
+The times must be numbers and ``"tokens"`` an int: any other value (``time.perf_counter`` without its
+parentheses, text) fails that one request with what to fix, and the check goes on with the others.
+
 :func:`run_learner_client` sends a workload through it, every request at once, and turns the
 dicts into the course's records. :func:`compare_clients` judges them against the same run seen
 from outside the learner's code: vLLM's own count of the tokens it generated and its own mean
@@ -113,25 +116,57 @@ def _record(spec: Any, result: Any, began: float) -> RequestRecord:
     if not isinstance(result, dict):
         record.error = f"send_one returned {type(result).__name__}, not a dict"
         return record
-    send, first, end = (result.get(key) for key in ("send", "first_token", "end"))
-    record.error = result.get("error")
-    record.output_tokens = result.get("tokens")
-    if isinstance(send, (int, float)):
+    error = result.get("error")
+    record.error = None if error is None else str(error)
+    # A value of the wrong type (a function, a string) is the learner's mistake in one record: it must become that
+    # record's error, not a TypeError that loses the whole check, and it must not reach the sums of the summary.
+    times = {key: result.get(key) for key in ("send", "first_token", "end")}
+    wrong = [_not_a_number(key, value) for key, value in times.items() if value is not None and not _is_number(value)]
+    send, first, end = (value if _is_number(value) else None for value in times.values())
+    tokens = result.get("tokens")
+    if tokens is not None and not (isinstance(tokens, int) and not isinstance(tokens, bool)):
+        wrong.append(_not_a_count(tokens))
+    else:
+        record.output_tokens = tokens
+    if send is not None:
         record.send_s = send - began
-        if isinstance(first, (int, float)):
+        if first is not None:
             record.ttft_s = first - send
-        if isinstance(end, (int, float)):
+        if end is not None:
             record.e2e_s = end - send
             record.done_s = end - began
     if record.error is None:
-        missing = [key for key, value in (("send", send), ("first_token", first), ("end", end)) if value is None]
-        if missing or not (send <= first <= end):
-            record.error = (f"times missing ({', '.join(missing)})" if missing else
-                            "times out of order: send <= first_token <= end must hold")
+        missing = [key for key, value in times.items() if value is None]
+        if wrong:
+            record.error = "; ".join(wrong)
+        elif missing:
+            record.error = f"times missing ({', '.join(missing)})"
+        elif not (send <= first <= end):
+            record.error = "times out of order: send <= first_token <= end must hold"
         elif record.output_tokens != spec.max_tokens:
             record.error = f"asked for {spec.max_tokens} tokens, the record says {record.output_tokens}"
     record.ok = record.error is None
     return record
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _not_a_number(key: str, value: Any) -> str:
+    if callable(value):
+        return f"`{key}` is a function, not a number: call time.perf_counter(), with the parentheses"
+    return (f"`{key}` is {_kind(value)}, not a number: store what time.perf_counter() returns, "
+            "not text or another object")
+
+
+def _not_a_count(value: Any) -> str:
+    return (f"`tokens` is {_kind(value)}, not an int: store usage.completion_tokens as the server sent it "
+            "(an int), not text or a float")
+
+
+def _kind(value: Any) -> str:
+    return f"a {type(value).__name__} ({value!r:.40})"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,86 @@
+"""helpers.lab.client_exercise without a server: a learner's record of the wrong type is that record's error.
+
+The learner's send_one may return anything; a value that is not a number (``time.perf_counter`` without its
+parentheses, a time or a count as text) must fail that one request with words that say what to fix, and the check
+goes on with the others. Nothing listens on the target: /metrics is unreadable, so the records stand alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from helpers.lab.client_exercise import compare_clients, run_learner_client
+from helpers.load.client import RequestSpec
+from helpers.load.workload import Workload
+
+MAX_TOKENS = 4
+
+
+def nowhere() -> SimpleNamespace:
+    with socket.socket() as probe:  # a free port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    return SimpleNamespace(url=url, base_url=f"{url}/v1", model_name="m", api_key="k")
+
+
+def learner(spoil: dict[int, dict]):
+    """A send_one that times its request right, except that request ``i`` gets ``spoil[i]`` over its record."""
+
+    async def send_one(client, model, prompt, max_tokens):
+        send = time.perf_counter()
+        await asyncio.sleep(0.01)
+        first = time.perf_counter()
+        await asyncio.sleep(0.01)
+        record = {"send": send, "first_token": first, "end": time.perf_counter(), "tokens": max_tokens, "error": None}
+        index = int(prompt.split()[-1])
+        return {**record, **spoil.get(index, {})}
+
+    return send_one
+
+
+def check(spoil: dict[int, dict], requests: int = 3):
+    workload = Workload(tuple(RequestSpec(i, f"request {i}", 2, MAX_TOKENS) for i in range(requests)),
+                        (2,), MAX_TOKENS, 0, "t")
+    return asyncio.run(run_learner_client(learner(spoil), nowhere(), workload, timeout_s=30)).run.records
+
+
+@pytest.mark.parametrize("key", ["send", "first_token", "end"])
+def test_a_clock_function_instead_of_its_time_fails_that_request_and_says_call_it(key):
+    records = check({1: {key: time.perf_counter}})
+    assert not records[1].ok
+    assert records[1].error.startswith(f"`{key}` is a function, not a number: call time.perf_counter()")
+    assert records[0].ok and records[2].ok  # the others are still checked
+
+
+@pytest.mark.parametrize("value", ["12.5", [1.0], True], ids=repr)
+def test_a_time_that_is_not_a_number_fails_that_request_and_names_what_it_is(value):
+    records = check({0: {"end": value}})
+    assert not records[0].ok and records[0].error.startswith(f"`end` is a {type(value).__name__}")
+    assert "not a number" in records[0].error
+    assert records[0].e2e_s is None and records[0].done_s is None  # nothing computed from it
+    assert records[1].ok and records[2].ok
+
+
+@pytest.mark.parametrize("tokens", [str(MAX_TOKENS), float(MAX_TOKENS), True], ids=repr)
+def test_a_token_count_that_is_not_an_int_is_named_not_read_as_a_different_count(tokens):
+    records = check({2: {"tokens": tokens}})
+    assert not records[2].ok
+    assert records[2].error.startswith(f"`tokens` is a {type(tokens).__name__}") and "not an int" in records[2].error
+    assert "the record says" not in records[2].error  # not "asked for 4 tokens, the record says 4"
+    assert records[2].output_tokens is None  # kept out of the sums
+
+
+def test_the_check_of_a_run_with_a_malformed_record_reads_not_yet():
+    records_run = asyncio.run(run_learner_client(
+        learner({0: {"end": time.perf_counter}}), nowhere(),
+        Workload(tuple(RequestSpec(i, f"request {i}", 2, MAX_TOKENS) for i in range(2)), (2,), MAX_TOKENS, 0, "t"),
+        timeout_s=30))
+    described = compare_clients(records_run).describe()
+    assert described.startswith("Not yet") and "look at the errors" in described
+
