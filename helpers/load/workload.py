@@ -34,6 +34,7 @@ LAB_PROMPT_LENS = (16, 64, 256, 512)  # tokens of message text, cycled over the 
 TOKEN_ID_RANGE = (1_000, 30_000)  # random prompts: clear of SmolLM2's special tokens (0-16), inside its vocabulary
 DEFAULT_NUM_REQUESTS = 50
 DEFAULT_OUTPUT_TOKENS = 64  # CPU: 64 keeps the whole 8-vs-64 lab within a few minutes
+GIVE_THE_OBJECT = "pass the server object (start_server(...) or connect(url)), not its URL"
 
 
 # ----- tokenizers ------------------------------------------------------------------------------
@@ -148,6 +149,7 @@ def build_workload(
     lens = validate.positive_ints(prompt_lens, "prompt_lens", hint="Prompt lengths are in tokens.")
     seed = validate.non_negative_int(seed, "seed")
     tag = _check_run_tag(run_tag)
+    check_server(tokenizer, "build_workload's first argument")
     validate.fits_context(max(lens) + output_tokens, validate.context_length(tokenizer),
                           f"the longest prompt ({max(lens)} tokens) plus output_tokens={output_tokens}",
                           "Pass fewer output_tokens or shorter prompt_lens (the chat template adds about 30 "
@@ -164,6 +166,28 @@ def build_workload(
         prompt = _prompt_of_exact_length(tokenizer, f"({tag}/{index}) ", corpus_ids, start, target)
         requests.append(RequestSpec(index, prompt, target, output_tokens))
     return Workload(tuple(requests), lens, output_tokens, seed, tag)
+
+
+def check_server(target: Any, name: str = "server", *, if_none: str = "") -> Any:
+    """``target``, after refusing what cannot be a server object: its URL as text, or None.
+
+    A URL has ``.encode`` like a tokenizer, so unrefused it would be sent text to tokenize and fail far from
+    the mistake. ``if_none``: what to do about a None (default: start a server or run the cell that does).
+
+    >>> check_server("http://127.0.0.1:8000")
+    Traceback (most recent call last):
+    ...
+    helpers.errors.InvalidArgumentError: server is the text 'http://127.0.0.1:8000': pass the server object \
+(start_server(...) or connect(url)), not its URL.
+    """
+    if isinstance(target, (str, bytes)):
+        raise validate.InvalidArgumentError(f"{name} is the text {target!r:.100}: {GIVE_THE_OBJECT}.")
+    if target is None:
+        raise validate.InvalidArgumentError(
+            f"{name} is None, not a server: " + (if_none or "a cell that finished with it may have stopped it and "
+                                                 "set it to None; run the cell that starts the server again, or "
+                                                 "pass start_server(...) or connect(url)."))
+    return target
 
 
 def _check_run_tag(run_tag: Any) -> str | None:
