@@ -39,16 +39,18 @@ from helpers.hardware import describe_machine
 from helpers.load.arrivals import arrival_times, with_arrivals
 from helpers.load.client import DEFAULT_TIMEOUT_S
 from helpers.load.poller import scrape
-from helpers.load.run import run_load_test, server_facts
+from helpers.load.run import MAX_REQUESTS, run_load_test, server_facts
 from helpers.load.slo import SLO
 from helpers.load.warmup import warm_up
-from helpers.load.workload import LAB_PROMPT_LENS, build_workload
+from helpers.load.workload import LAB_PROMPT_LENS, build_workload, check_server
 from helpers.serve.process import death_of
 from helpers.traffic.rates import RatePoint, describe_point, not_run, rate_point, save_rate_sweep
 
 MIN_DRAIN_S = 5.0  # seconds the last arrival's request gets, at least, before the time limit
 MIN_REQUESTS = 3  # per rate: fewer give no completion rate (helpers.traffic.rates.pace)
-MAX_REQUESTS = 10_000  # per rate: a bound on count, whatever the duration asked for
+# MAX_REQUESTS (helpers.load.run) bounds each rate's count too, whatever the duration asked for: a rate is one run
+START_AGAIN = ("a cell that has finished with its server stops it (and may set it to None): run the cell that "
+               "starts the server again (or start one: server = start_server(...)), then this one")
 PENDING = "sweep stopped before this rate"
 
 
@@ -78,6 +80,7 @@ async def sweep_rates(
     answer ``output_tokens`` long. Prints one line per rate unless ``quiet``.
     In a notebook ``points = await sweep_rates(...)``; in a script ``asyncio.run(sweep_rates(...))``.
     """
+    check_up(server, START_AGAIN)
     rates = check_rates(rates, burstiness)
     slo = check_slo(slo)
     time_limit_s = validate.positive_number(time_limit_s, "time_limit_s", unit="seconds",
@@ -156,6 +159,25 @@ async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness:
     if death is not None:
         return replace(point, status=f"failed: {death}"), death
     return point, None
+
+
+def check_up(server: Any, start_again: str) -> Any:
+    """``server``, after refusing None, its URL, and a server this kernel has not started or has stopped.
+
+    A notebook cell that stops its server when it finishes leaves None or a stopped server behind, which a
+    second run of the cell would otherwise meet as an AttributeError or a sweep of refused connections.
+    ``start_again`` says how to get a server back. One that died stays the sweep's to report, point by point."""
+    check_server(server, "server", if_none=f"{start_again}.")
+    if not callable(getattr(server, "is_running", None)):  # a shared server (connect(url)): not this kernel's
+        return server
+    process = getattr(server, "process", None)
+    if process is None:
+        raise validate.InvalidArgumentError(
+            "the server has not been started: call server.start(), or make it with start_server(...).")
+    if process.poll() is not None and getattr(server, "last_stop", None) is not None:
+        raise validate.InvalidArgumentError(
+            f"{server!r} was stopped (server.stop()): {start_again}.")
+    return server
 
 
 def check_rates(rates: Any, burstiness: Any) -> tuple[float, ...]:

@@ -29,9 +29,13 @@ from helpers import validate
 from helpers.files import write_atomically
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload
 from helpers.traffic.rates import RatePoint, rate_point
-from helpers.traffic.sweep import check_rates, check_slo
+from helpers.traffic.sweep import check_rates, check_slo, check_up
 
 ROOT = Path(__file__).resolve().parents[2]
+RESTART = ("run the cell that starts the server again (in lab 2, section 2's sweep, which leaves the smaller "
+           "setting's server up for this cell), then this cell")
+# Lab 2's cell stops its server once the tool has run, so a second run of that cell meets None or a stopped server.
+STOPPED_HERE = f"this cell stopped its server when it finished, so a second run needs it back: {RESTART}"
 # (the course's words, the attribute of a RatePoint, its scale to the unit shown, vLLM's key, vLLM's report line)
 ROWS = (
     ("output tokens/s", "output_tok_per_s", 1, "output_throughput", "Output token throughput (tok/s)"),
@@ -66,10 +70,16 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
     ``seed``: its arrivals are the course's ``arrival_times(num_requests, rate, burstiness, seed)``
     (0, a sweep's default: the same moments as that sweep's run at this rate and request count).
 
-    Everything is checked before the tool starts: the rate and burstiness (positive, finite rate),
+    Everything is checked before the tool starts: the server (the object, not None or its URL, and
+    neither stopped nor dead), the rate and burstiness (positive, finite rate),
     ``num_requests`` and ``output_tokens`` (positive integers), ``seed``, the SLO (vLLM's spelling,
     milliseconds) and ``timeout_s``. The tool is stopped at ``timeout_s`` (or when the cell is
     interrupted), and a failure raises RuntimeError with the end of its log."""
+    check_up(server, STOPPED_HERE)
+    from helpers.serve.process import death_of
+
+    if (death := death_of(server, wait_s=0)) is not None:  # the tool would only fail, after its imports
+        raise RuntimeError(f"{death}: {RESTART}.")
     (rate,) = check_rates([rate], burstiness)  # finite: an infinite rate is lab 1's burst, not open loop
     num_requests = validate.positive_int(num_requests, "num_requests")
     output_tokens = validate.positive_int(output_tokens, "output_tokens")
