@@ -3,7 +3,10 @@
 Executed copies land in build/executed/, with build/executed/timings.json (seconds per notebook) and run.json
 (the same with the machine, the dtype it serves, vLLM's version and the times of day: what
 `scripts/course_timings.py record` keeps under results/). Each notebook runs in a fresh kernel, from its own
-folder, exactly as a learner would run it.
+folder, exactly as a learner would run it. A notebook that fails (a cell's error, a cell past CELL_TIMEOUT_S, a
+kernel that died) is listed as failed and the next one runs; the two files are written even when the run is
+interrupted. Named notebooks are merged into the files already there (the whole course replaces them), unless
+those were written on another machine, vLLM or model, which replaces them too.
 Usage: python scripts/run_course.py [--out DIR] [NOTEBOOK ...]
   --out DIR   where executed copies and timings.json go (default build/executed), e.g. to keep
               a GPU run or a run on another model beside the CPU one
@@ -16,10 +19,11 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scripts/run_course.py`
@@ -31,6 +35,8 @@ from helpers.serve.model import served_name  # noqa: E402
 
 OUT = ROOT / "build" / "executed"
 CELL_TIMEOUT_S = 1800  # a lab cell may run several server starts and load tests
+# What ends one notebook and not the run: the next notebook starts in a fresh kernel whatever the last one did.
+NOTEBOOK_FAILURES = (CellExecutionError, CellTimeoutError, DeadKernelError)
 
 
 LAB_BEFORE = "05"  # lab 1 comes after notebooks 01-04 and before notebook 05, which builds on it
@@ -81,24 +87,51 @@ def main(args: list[str]) -> int:
     failed: list[str] = []
     started = _now()
     about = machine()
-    for index, path in enumerate(paths, 1):
-        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a notebook from elsewhere runs too
-        print(f"[{index}/{len(paths)}] {shown} ...", flush=True)
-        try:
-            timings[path.name] = round(run(path, out, about), 1)
-            print(f"    done in {timings[path.name]:.0f} s", flush=True)
-        except CellExecutionError as error:
-            failed.append(path.name)
-            print(f"    FAILED: {str(error).splitlines()[-1] if str(error) else error}", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomically(out / "timings.json", json.dumps(timings, indent=2) + "\n")
-    record = {**about, "started_utc": started, "finished_utc": _now(), "notebooks": timings, "failed": failed}
-    write_atomically(out / "run.json", json.dumps(record, indent=2) + "\n")
+    try:
+        for index, path in enumerate(paths, 1):
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a notebook from elsewhere runs too
+            print(f"[{index}/{len(paths)}] {shown} ...", flush=True)
+            try:
+                timings[path.name] = round(run(path, out, about), 1)
+                print(f"    done in {timings[path.name]:.0f} s", flush=True)
+            except NOTEBOOK_FAILURES as error:
+                failed.append(path.name)
+                lines = str(error).strip().splitlines()
+                print(f"    FAILED ({type(error).__name__}): {lines[-1] if lines else error!r}", flush=True)
+    finally:  # an interrupted run still says what it ran: course_timings.py refuses it as partial
+        record = {**about, "started_utc": started, "finished_utc": _now(), "notebooks": timings, "failed": failed}
+        if args:
+            record = merged(out / "run.json", record)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomically(out / "timings.json", json.dumps(record["notebooks"], indent=2) + "\n")
+        write_atomically(out / "run.json", json.dumps(record, indent=2) + "\n")
     print(f"\nexecuted notebooks: {out}/  total {sum(timings.values()):.0f} s")
     if failed:
         print(f"FAILED: {', '.join(failed)} (the executed copies show the failing cell)", file=sys.stderr)
         return 1
     return 0
+
+
+def merged(previous_path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (some notebooks run again) over the run in ``previous_path``: their new seconds or failure
+    replace the old, the others are kept, and the run began when the earlier one did. A file that is missing,
+    unreadable or of another machine, vLLM or model is replaced: one file never mixes two setups."""
+    try:
+        previous = json.loads(previous_path.read_text())
+    except (OSError, ValueError):
+        return record
+    if not (isinstance(previous, dict) and isinstance(previous.get("notebooks"), dict)
+            and isinstance(previous.get("failed"), list) and isinstance(previous.get("started_utc"), str)):
+        return record
+    setup = [key for key in record if key not in ("started_utc", "finished_utc", "notebooks", "failed")]
+    if any(previous.get(key) != record[key] for key in setup):
+        print(f"    {previous_path} was written on another setup: replaced, not merged", flush=True)
+        return record
+    ran = set(record["notebooks"]) | set(record["failed"])
+    notebooks = {name: seconds for name, seconds in previous["notebooks"].items() if name not in record["failed"]}
+    notebooks.update(record["notebooks"])
+    failed = [name for name in previous["failed"] if name not in ran] + record["failed"]
+    return {**record, "started_utc": previous["started_utc"], "notebooks": notebooks, "failed": failed}
 
 
 def machine() -> dict[str, object]:
