@@ -8,7 +8,7 @@ still run under ``python -O``. A ``bool`` is never accepted as a number (``True`
 request), nor is a float where a count is expected (``2.5`` requests, or even ``2.0``).
 
 This module imports nothing else from ``helpers`` except the error class, so any helper can use it.
-(``helpers.serve.config`` has its own ``_check_positive_int``, which raises ``ConfigError``.)
+(:class:`helpers.serve.config.ServerConfig` uses these checks and raises their message as a ``ConfigError``.)
 
 Example::
 
@@ -34,17 +34,23 @@ from typing import Any
 from helpers.errors import InvalidArgumentError
 
 
-def _given(value: Any) -> str:
-    """How the message shows what was passed: its repr, and its type when that is not obvious."""
-    if isinstance(value, bool) or isinstance(value, (str, bytes)) or not isinstance(value, numbers.Real):
-        return f"{value!r} (a {type(value).__name__})"
+def given(value: Any, *, typed: bool = False) -> str:
+    """How a message shows what was passed: its repr, and its type when that is not obvious (always
+    where ``typed``: a number where text was expected).
+
+    >>> given("300"), given(None), given(2.0), given(0.5), given(8, typed=True)
+    ("'300' (a str)", 'None (a NoneType)', '2.0 (a float)', '0.5', '8 (an int)')
+    """
+    if typed or isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
+        kind = type(value).__name__
+        return f"{value!r} ({'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind})"
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return f"{value!r} (a float)"
     return repr(value)
 
 
 def _fail(name: str, wanted: str, value: Any, hint: str = "") -> InvalidArgumentError:
-    return InvalidArgumentError(f"{name} must be {wanted}, got {_given(value)}." + (f" {hint}" if hint else ""))
+    return InvalidArgumentError(f"{name} must be {wanted}, got {given(value)}." + (f" {hint}" if hint else ""))
 
 
 def _is_int(value: Any) -> bool:
@@ -137,6 +143,36 @@ def non_negative_number(value: Any, name: str, *, unit: str = "", hint: str = ""
     return float(value)
 
 
+def fraction(value: Any, name: str, *, of: str = "", hint: str = "") -> float:
+    """``value`` as a float if it is a number above 0 and at most 1 (a share of memory, of a GPU).
+
+    >>> fraction("0.9", "gpu_memory_utilization", of="memory")
+    Traceback (most recent call last):
+    ...
+    helpers.errors.InvalidArgumentError: gpu_memory_utilization must be a fraction of memory in (0, 1], got '0.9' (a str).
+    """
+    if not _is_real(value) or not 0 < value <= 1:  # NaN fails the comparison too
+        raise _fail(name, "a fraction" + (f" of {of}" if of else "") + " in (0, 1]", value, hint)
+    return float(value)
+
+
+def boolean(value: Any, name: str, *, none_means: str = "", hint: str = "") -> bool | None:
+    """``value`` if it is True or False; None too where ``none_means`` says what None means.
+
+    Anything else is refused rather than read as true or false: ``"False"`` and ``"no"`` are truthy.
+
+    >>> boolean("False", "enable_prefix_caching", none_means="vLLM's default")
+    Traceback (most recent call last):
+    ...
+    helpers.errors.InvalidArgumentError: enable_prefix_caching must be True or False, or None for vLLM's default, got 'False' (a str).
+    """
+    if value is None and none_means:
+        return None
+    if not isinstance(value, bool):
+        raise _fail(name, "True or False" + (f", or None for {none_means}" if none_means else ""), value, hint)
+    return value
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -159,8 +195,8 @@ def positive_ints(values: Any, name: str, *, hint: str = "") -> tuple[int, ...]:
     return tuple(positive_int(v, f"{name}[{i}]", hint=hint) for i, v in enumerate(items))
 
 
-def one_of(value: Any, name: str, options: Iterable[Any]) -> Any:
-    """``value`` if it is one of ``options``.
+def one_of(value: Any, name: str, options: Iterable[Any], *, hint: str = "") -> Any:
+    """``value`` if it is one of ``options`` (a list or other unhashable value is simply not one of them).
 
     >>> one_of("fp4", "weights", ("bf16", "fp8", "int4"))
     Traceback (most recent call last):
@@ -173,7 +209,7 @@ def one_of(value: Any, name: str, options: Iterable[Any]) -> Any:
             return value
     except TypeError:  # an unhashable or incomparable value is not one of them either
         pass
-    raise _fail(name, "one of " + ", ".join(map(repr, options)), value)
+    raise _fail(name, "one of " + ", ".join(map(repr, options)), value, hint)
 
 
 def fits_context(tokens: int, max_model_len: int | None, what: str, hint: str) -> None:

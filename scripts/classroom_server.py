@@ -38,8 +38,7 @@ from helpers.serve.classroom import API_KEY_ENV, mask_key  # noqa: E402
 from helpers.errors import CourseError  # noqa: E402
 from helpers.route.command import POLICIES  # noqa: E402
 from helpers.serve.config import LOOPBACK, ServerConfig  # noqa: E402
-
-MIN_KEY_LENGTH = 12
+from helpers.serve.exposure import MIN_KEY_LENGTH  # noqa: E402  (the helpers ask the same of any shared server)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -198,3 +198,10 @@ def test_the_probe_tells_a_replica_that_refuses_a_wrong_key_from_one_that_does_n
     finally:
         for server in servers:
             server.shutdown()
+
+
+def test_a_router_open_to_the_network_needs_a_classroom_strength_key_and_ipv4():
+    with pytest.raises(ConfigError, match="use at least 12: a guessable key"):
+        VLLMRouter([URL], host="0.0.0.0", api_key="short", model_name="smollm2")
+    with pytest.raises(ConfigError, match="IPv6 addresses are not supported"):
+        VLLMRouter([URL], host="::1", model_name="smollm2")

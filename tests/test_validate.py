@@ -87,6 +87,40 @@ def test_the_checks_still_run_under_python_dash_o():
             "    print('ValueError:', error)\n"
             "else:\n"
             "    print('no error')\n")
-    done = subprocess.run([sys.executable, "-O", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-O", "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "ValueError: num_requests must be a positive integer, got 0." in done.stdout
+
+
+@pytest.mark.parametrize("value", [0, -0.5, 1.01, math.nan, math.inf, "0.9", True, None], ids=repr)
+def test_a_fraction_is_a_number_above_zero_and_at_most_one(value):
+    with pytest.raises(InvalidArgumentError, match=r"^share must be a fraction of memory in \(0, 1\], got "):
+        validate.fraction(value, "share", of="memory")
+
+
+def test_a_fraction_of_exactly_one_comes_back_as_a_float():
+    assert validate.fraction(1, "share") == 1.0 and type(validate.fraction(1, "share")) is float
+
+
+@pytest.mark.parametrize("value", ["False", "no", 0, 1], ids=repr)
+def test_a_switch_must_be_a_real_bool_not_something_truthy(value):
+    with pytest.raises(InvalidArgumentError, match=r"^eager must be True or False, got "):
+        validate.boolean(value, "eager")
+
+
+def test_none_is_a_switch_only_where_its_meaning_is_stated():
+    assert validate.boolean(None, "caching", none_means="the default") is None
+    assert validate.boolean(False, "caching", none_means="the default") is False
+    with pytest.raises(InvalidArgumentError, match=r"^eager must be True or False, got None \(a NoneType\)\.$"):
+        validate.boolean(None, "eager")
+
+
+def test_one_of_refuses_an_unhashable_value_and_says_what_else_to_pass():
+    with pytest.raises(InvalidArgumentError, match=r"^dtype must be one of 'half', 'float', got \['half'\] \(a list\)\. "
+                                                   r"Or None\.$"):
+        validate.one_of(["half"], "dtype", {"half": 1, "float": 2}, hint="Or None.")
+
+
+def test_the_message_names_the_type_with_its_article():
+    assert validate.given(Ellipsis) == "Ellipsis (an ellipsis)"
+    assert validate.given(8) == "8" and validate.given(8, typed=True) == "8 (an int)"

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from helpers.errors import ConfigError
-from helpers.serve.config import LOOPBACK, Launch, _is_loopback
+from helpers.serve.config import Launch
+from helpers.serve.exposure import IPV6_REFUSED, LOOPBACK, check_host_and_key, is_ipv6, is_loopback
 
 # The policies of vllm-router 0.1.17 (its --policy choices) that work in front of plain vLLM
 # servers, named as vllm-router names them, each with what it does.
@@ -100,10 +101,15 @@ def check_replica_urls(urls: Sequence[str]) -> list[str]:
 
 
 def check_router_host(host: str, api_key: str | None) -> None:
-    """A router bound beyond loopback must check a key, as a classroom server must."""
-    if not _is_loopback(host) and not api_key:
+    """A router bound beyond loopback must check a key of classroom strength, as a classroom server must."""
+    if isinstance(host, str) and is_ipv6(host):
+        raise ConfigError(f"host={host!r}: {IPV6_REFUSED}")
+    if isinstance(host, str) and is_loopback(host):
+        return
+    if not api_key:
         raise ConfigError(f"host={host!r} would expose the router beyond this machine, with no key. Give the "
                           f"replicas an API key (students send it as their OpenAI api_key), or keep host={LOOPBACK!r}.")
+    check_host_and_key(host, api_key)  # IPv6 refused, a guessable key refused
 
 
 def replica_key(replica: Any) -> str | None:
@@ -118,7 +124,7 @@ def check_replicas_demand_key(host: str, api_key: str | None, replicas: Sequence
     """A router beyond loopback admits every client key a replica accepts (its check asks the replicas'
     ``/v1/models``), so each replica must demand the router's own key: a keyless one lets any key in.
     Replicas given as URLs are asked with a random key, which must be refused (HTTP 401)."""
-    if _is_loopback(host):
+    if is_loopback(host):
         return
     for replica in replicas:
         url = getattr(replica, "url", replica)

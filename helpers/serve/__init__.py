@@ -14,6 +14,8 @@ notebook and the lab start their servers through it).
 - :mod:`~helpers.serve.classroom` (I/O): :func:`connect` to a shared server an instructor started.
 - :mod:`~helpers.serve.gpu` (I/O): the dtype and attention backend a GPU needs, and whether torch and vLLM can use it.
 - :mod:`~helpers.serve.config` (pure): :class:`ServerConfig`, checked, and the command line it becomes.
+- :mod:`~helpers.serve.exposure` (pure): who can reach a server: the host it binds (IPv4 only), and the
+  key of at least :data:`~helpers.serve.exposure.MIN_KEY_LENGTH` characters a host beyond loopback needs.
 - :mod:`~helpers.serve.flags` (pure): which ``extra_args`` would take a flag the helper owns, or a secret.
 - :mod:`~helpers.serve.engine_env` (I/O): the environment variables this machine adds to a server.
 - :mod:`~helpers.serve.log` (pure): reading the server's log: milestones, KV-cache size, why it failed.

@@ -38,7 +38,6 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 import sys
@@ -46,13 +45,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.errors import ConfigError
+from helpers import validate
+from helpers.errors import ConfigError, InvalidArgumentError
 from helpers.hardware import CPUInfo, Device
 from helpers.serve.engine_env import device_env
+from helpers.serve.exposure import LOOPBACK, check_host_and_key
 from helpers.serve.flags import check_extra_args
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
-LOOPBACK = "127.0.0.1"
+KEY_VARIABLE = "VLLM_API_KEY"  # where vLLM reads its key when it has no --api-key
 # --dtype values vLLM accepts, with the name the course uses for each
 DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
           "float32": "float32", "float": "float32"}
@@ -69,7 +70,7 @@ class ServerConfig:
 
     model: str | None = None  # None: $VLLM_COURSE_MODEL, else the embedded SmolLM2
     port: int | None = None  # None: the first free port from 8000 up
-    host: str = LOOPBACK  # anything else is a shared classroom server and needs api_key
+    host: str = LOOPBACK  # anything else is a shared classroom server and needs api_key (helpers.serve.exposure)
     max_model_len: int = 2048  # tokens, prompt + output
     max_num_seqs: int | None = None  # requests in one batch; vLLM's default: 128 on CPU
     device: str = "auto"  # "auto", "cpu" or "cuda"
@@ -88,39 +89,39 @@ class ServerConfig:
     cpu_cores: str | None = None
 
     def __post_init__(self) -> None:
-        _check_positive_int("max_model_len", self.max_model_len)
-        if self.max_num_seqs is not None:
-            _check_positive_int("max_num_seqs", self.max_num_seqs)
-        if self.port is not None and not (isinstance(self.port, int) and 0 < self.port < 65536):
-            raise ConfigError(f"port must be an integer between 1 and 65535, got {self.port!r}.")
+        try:
+            self._check()
+        except InvalidArgumentError as error:  # helpers.validate's message; a bad server setting is a ConfigError
+            raise ConfigError(str(error)) from None
+
+    def _check(self) -> None:
+        validate.positive_int(self.max_model_len, "max_model_len")
+        validate.optional_positive_int(self.max_num_seqs, "max_num_seqs", none_means="vLLM's default")
+        port = self.port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise ConfigError(f"port must be an integer between 1 and 65535, got {validate.given(port)}.")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}.")
-        utilization = self.gpu_memory_utilization
-        if utilization is not None and not (0 < utilization <= 1):
-            raise ConfigError(
-                f"gpu_memory_utilization is a fraction of memory in (0, 1], got {utilization!r}; "
-                "e.g. 0.9 leaves 10% of the GPU for other programs."
-            )
-        space = self.kv_cache_space_gib
-        if space is not None and not (isinstance(space, (int, float)) and space > 0):
-            raise ConfigError(f"kv_cache_space_gib must be a positive number of GiB, got {space!r}.")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise ConfigError(
-                f"dtype must be one of {', '.join(DTYPES)} (or None to let the course choose), got {self.dtype!r}."
-            )
-        if self.startup_timeout_s <= 0:
-            raise ConfigError(f"startup_timeout_s must be positive, got {self.startup_timeout_s!r}.")
-        if isinstance(self.extra_args, (str, bytes)):
-            raise ConfigError("extra_args is a sequence of separate arguments, e.g. ('--seed', '0').")
+        if self.gpu_memory_utilization is not None:
+            validate.fraction(self.gpu_memory_utilization, "gpu_memory_utilization", of="memory",
+                              hint="E.g. 0.9 leaves 10% of the GPU to other programs; None: vLLM's default.")
+        if self.kv_cache_space_gib is not None:
+            validate.positive_number(self.kv_cache_space_gib, "kv_cache_space_gib", unit="GiB")
+        validate.boolean(self.enable_prefix_caching, "enable_prefix_caching", none_means="vLLM's default (on)")
+        validate.boolean(self.eager, "eager")
+        if self.dtype is not None:
+            validate.one_of(self.dtype, "dtype", DTYPES, hint="Or None to let the course choose.")
+        if self.quantization is not None and not isinstance(self.quantization, str):
+            raise ConfigError(f"quantization is the name of a method such as 'fp8', or None for none; got "
+                              f"{validate.given(self.quantization, typed=True)}.")
+        # A NaN or infinite timeout would let a server that never answers hold the notebook forever.
+        validate.positive_number(self.startup_timeout_s, "startup_timeout_s", unit="seconds",
+                                 hint="Pass e.g. 300; a GPU's first start may need 600.")
+        object.__setattr__(self, "extra_args", _arguments(self.extra_args))  # frozen: the one way to normalise
         if self.cpu_cores is not None and not (isinstance(self.cpu_cores, str) and CORE_LIST.fullmatch(self.cpu_cores)):
             raise ConfigError(f"cpu_cores is a list of cores like '0', '1-3' or '0,2', got {self.cpu_cores!r}.")
+        check_host_and_key(self.host, self.api_key)  # beyond loopback, a classroom-strength key
         check_extra_args(self.extra_args, self.api_key)  # no flag the helper sets, no key on argv
-        if not _is_loopback(self.host) and not self.api_key:
-            raise ConfigError(
-                f"host={self.host!r} would expose the server beyond this machine. A shared "
-                "classroom server needs an API key: pass api_key=... (students send it as their "
-                "OpenAI api_key), or keep the default host 127.0.0.1."
-            )
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,10 @@ def build_launch(
     ``machine_env`` is what this machine adds to the environment (tcmalloc, cores to bind, ...);
     None asks :func:`helpers.serve.engine_env.device_env`. The key goes in the environment, never argv:
 
-    >>> cfg = ServerConfig(port=8000, host="0.0.0.0", api_key="s3cret")
+    >>> cfg = ServerConfig(port=8000, host="0.0.0.0", api_key="s3cret-class-key")
     >>> launch = build_launch(cfg, device="cuda", model="/m", served_name="m", machine_env={})
-    >>> launch.env, "s3cret" in launch.argv, launch.argv[-2:]
-    ({'VLLM_API_KEY': 's3cret'}, False, ['--middleware', 'helpers.serve.key_guard.RequireKeyEverywhere'])
+    >>> launch.env, "s3cret-class-key" in launch.argv, launch.argv[-2:]
+    ({'VLLM_API_KEY': 's3cret-class-key'}, False, ['--middleware', 'helpers.serve.key_guard.RequireKeyEverywhere'])
     """
     if config.port is None:
         raise ConfigError("build_launch needs a concrete port; VLLMServer picks one.")
@@ -215,7 +216,7 @@ def build_launch(
     argv += list(config.extra_args)
     if config.api_key:
         # Through the environment, not argv: argv is visible to every user in `ps`.
-        env["VLLM_API_KEY"] = config.api_key
+        env[KEY_VARIABLE] = config.api_key
         # vLLM's own key guards /v1 only; this one guards every route (helpers.serve.key_guard).
         argv += ["--middleware", KEY_GUARD]
     return Launch(argv, env)
@@ -270,15 +271,11 @@ def is_secret_name(name: str) -> bool:
     return any(marker in name.upper() for marker in SECRET_MARKERS)
 
 
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _arguments(extra_args: object) -> tuple[str, ...]:
+    """``extra_args`` as a tuple (None: no arguments); a single string or a non-sequence is refused."""
+    if extra_args is None:
+        return ()
+    if isinstance(extra_args, (str, bytes)) or not isinstance(extra_args, Sequence):
+        raise ConfigError("extra_args is a sequence of separate arguments, e.g. ('--seed', '0'), "
+                          f"or None for none; got {validate.given(extra_args, typed=True)}.")
+    return tuple(extra_args)

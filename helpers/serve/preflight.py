@@ -7,15 +7,17 @@ this machine (GPUs, CPU flags, free memory, sockets), so none is pure.
 
 from __future__ import annotations
 
+import errno
 import socket
 from dataclasses import replace
 
 import psutil
 
-from helpers.errors import NoGPUError, NotEnoughMemoryError, PortInUseError
+from helpers.errors import ConfigError, NoGPUError, NotEnoughMemoryError, PortInUseError
 from helpers.hardware import Device, detect_cpu, detect_device, detect_gpus
 from helpers.serve import gpu
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, ServerConfig, cpu_dtype
+from helpers.serve.exposure import IPV6_REFUSED, is_ipv6
 from helpers.serve.model import ModelChoice
 
 FIRST_PORT = 8000  # vLLM's own default port; later servers take the next free one
@@ -143,13 +145,27 @@ def choose_port(config: ServerConfig, taken: frozenset[int] | set[int] = frozens
 def port_free(host: str, port: int, *, strict: bool) -> bool:
     """Whether vLLM could bind the port. ``strict`` also avoids ports that are only bound:
     a starting vLLM binds its port about a minute before it listens, and only a probe without
-    SO_REUSEADDR sees that (it also skips ports still in TIME_WAIT, which is fine when choosing)."""
+    SO_REUSEADDR sees that (it also skips ports still in TIME_WAIT, which is fine when choosing).
+
+    A host this machine cannot bind at all (IPv6, another machine's address, an unknown name) raises
+    :class:`ConfigError`: every port would look taken, and "all in use" would send the reader the wrong way.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         if not strict:
             # vLLM sets SO_REUSEADDR too, so a port left in TIME_WAIT is free for it.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError:
+        except OSError as error:
+            if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
+                raise ConfigError(_unbindable(host, error)) from None
             return False
     return True
+
+
+def _unbindable(host: str, error: OSError) -> str:
+    if is_ipv6(host):
+        return f"host={host!r}: {IPV6_REFUSED}"
+    return (f"host={host!r} is not an address of this machine ({error.strerror}), so no server can listen on it. "
+            "Use 127.0.0.1 (this machine only), 0.0.0.0 with an api_key (every interface, for a classroom), "
+            "or one of this machine's own IPv4 addresses.")
