@@ -1,7 +1,8 @@
 """The operating-system side of a vLLM server: its process group, its watchdog, its port, its log file.
 
 - :func:`spawn_server` starts the server in a session of its own (so one signal reaches every
-  child) with its output in a log file and its temporary files in a folder of its own;
+  child) with its output in a log file and its temporary files in a folder of its own, in the
+  environment :func:`server_env` builds;
   :func:`start_orphan_guard` starts the watchdog of :mod:`helpers.serve._orphan_guard`, which
   ends the server when the Python process that started it is gone (a killed kernel runs no
   clean-up code of its own) or when one of the server's own processes dies;
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ import psutil
 from helpers.paths import COURSE_ROOT, build_dir
 from helpers.serve import group
 from helpers.serve._orphan_guard import start_ticks
-from helpers.serve.config import Launch
+from helpers.serve.config import KEY_VARIABLE, Launch
 from helpers.serve.group import GroupEnd
 
 # vLLM's CPU build loads one of these, chosen by the CPU's instruction sets
@@ -43,8 +45,7 @@ def spawn_server(launch: Launch, log_path: Path, temp_dir: Path) -> subprocess.P
     """Start the server in a session of its own (one signal then reaches every child, and the
     session id finds them all later), its output going to ``log_path``, its temporary files in
     ``temp_dir`` (removed with the server: vLLM leaves a ``vllm_dist_*`` file there at each start)."""
-    env = {**os.environ, **launch.env, **private_temp_env(temp_dir)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
+    env = server_env(launch, temp_dir)
     try:
         with open(log_path, "wb") as log:
             return subprocess.Popen(launch.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -52,6 +53,20 @@ def spawn_server(launch: Launch, log_path: Path, temp_dir: Path) -> subprocess.P
     except BaseException:  # nothing started, so no stop() will remove the folder
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
+
+
+def server_env(launch: Launch, temp_dir: Path, inherited: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The server's whole environment: ``inherited`` (default this process's), the launch's variables
+    on top, its own temporary folder, and the course on PYTHONPATH (for the key guard middleware)."""
+    env = dict(os.environ if inherited is None else inherited)
+    if KEY_VARIABLE not in launch.env:
+        # The course's server's key comes only from api_key=. vLLM reads VLLM_API_KEY whenever it has no
+        # --api-key, so a key left in the kernel's environment would make it refuse the helper's own
+        # keyless requests: the readiness check would see 401s until the start-up timeout.
+        env.pop(KEY_VARIABLE, None)
+    env.update({**launch.env, **private_temp_env(temp_dir)})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def new_temp_dir(port: int) -> Path:
