@@ -79,8 +79,8 @@ def connect(url: str, api_key: str | None = None, *, model: str | None = None, t
     except urllib.error.HTTPError as error:
         if error.code == 401:
             raise SharedServerError(
-                f"{root} refused the API key (HTTP 401): check the key the instructor gave "
-                f"(it ends in ...{key[-2:]}).") from None
+                f"{root} refused the API key (HTTP 401): the key sent, {mask_key(key)}, is not the server's. "
+                "Check the key the instructor gave.") from None
         raise SharedServerError(f"{root}/v1/models answered HTTP {error.code}: is this a vLLM server?") from None
     except (OSError, ValueError) as error:
         raise SharedServerError(
