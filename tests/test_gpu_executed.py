@@ -7,8 +7,8 @@ NBVAL_CHECK_OUTPUT (those outputs do not depend on the machine).
 
 A change made when no GPU could be had is named in ``AWAITING.json`` beside the copies: the notebook, since when,
 and why no run was made. A notebook named there may have no copy or a copy of older code; one that is named there
-but whose copy already matches fails, so the list empties as the runs are made. The README's table and the
-notebook's header say "not yet run on a GPU" for those notebooks.
+but whose copy already matches fails, so the list empties as the runs are made. The notebook's header
+(``scripts/course_timings.py``) gives such a copy's GPU time with "an earlier version of its code".
 """
 
 from __future__ import annotations
