@@ -205,3 +205,11 @@ def test_a_router_open_to_the_network_needs_a_classroom_strength_key_and_ipv4():
         VLLMRouter([URL], host="0.0.0.0", api_key="short", model_name="smollm2")
     with pytest.raises(ConfigError, match="IPv6 addresses are not supported"):
         VLLMRouter([URL], host="::1", model_name="smollm2")
+
+
+def test_a_router_start_up_timeout_that_is_not_a_finite_number_is_refused():
+    from helpers.validate import InvalidArgumentError
+
+    for bad in (float("nan"), float("inf"), "60", 0):
+        with pytest.raises(InvalidArgumentError, match="startup_timeout_s"):
+            VLLMRouter([URL], model_name="smollm2", startup_timeout_s=bad)

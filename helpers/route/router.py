@@ -40,6 +40,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from helpers import validate
 from helpers.errors import ConfigError, PortInUseError, RouterNotInstalledError, ServerStartError, StartupTimeoutError
 from helpers.paths import build_dir
 from helpers.route.command import (
@@ -84,6 +85,7 @@ class VLLMRouter(ServerAccess):
         replicas = list(replicas)
         self.replica_urls = check_replica_urls([getattr(r, "url", r) for r in replicas])
         self.policy = check_policy(policy)
+        startup_timeout_s = validate.positive_number(startup_timeout_s, "startup_timeout_s", unit="seconds")
         self._key = api_key if api_key is not None else _shared_key(replicas)
         check_router_host(host, self._key)
         self._replicas_to_ask = replicas  # check_replicas_demand_key, as the router starts
