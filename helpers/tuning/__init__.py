@@ -10,6 +10,7 @@ Used by ``notebooks/05_throughput_tuning.ipynb``. Modules, by role:
 - :mod:`~helpers.tuning.arithmetic` (pure): parameters, memory per precision, KV blocks, pools,
   server settings;
 - :mod:`~helpers.tuning.comparison` (pure): before/after ratios and the sentences about them;
+- :mod:`~helpers.tuning.limits` (pure): whether the cap or the KV pool held a batch back, in words from its counters;
 - :mod:`~helpers.tuning.report` (pure): the Markdown checklist and memory table;
 - :mod:`~helpers.tuning.ranking` (pure): the module text's "order of impact" judged with a run's factors;
 - :mod:`~helpers.tuning.command` (pure): the module's tuning command beside the settings a default server ran with;
