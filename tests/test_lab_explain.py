@@ -115,12 +115,12 @@ def test_a_low_peak_says_not_all_requests_overlapped():
 
 def test_step_time_growing_with_the_batch_is_called_proportional():
     text = lab(high={"tpot_mean_ms": 360.0}).effect("per-step cost").text
-    assert "almost in proportion" in text and "per running request fell from 16.7 to 2.8" in text
+    assert "about in proportion" in text and "per running request fell from 16.7 to 2.8" in text
 
 
 def test_flat_step_time_is_where_batching_pays():
     text = lab(100, 700, high={"tpot_mean_ms": 70.0}).effect("per-step cost").text
-    assert "hardly grew" in text and "memory-bound" in text
+    assert "grew much less than the batch" in text and "where batching pays" in text and "97% of a step at 8" in text
 
 
 def test_step_growth_between_the_two_is_partly_shared():
@@ -134,7 +134,7 @@ def test_the_prediction_from_batch_and_step_growth_is_compared_with_the_measurem
 
 def test_prefill_heavier_than_decode_is_said_with_the_stall():
     text = lab().effect("prefill interleaves with decode").text
-    assert "prefill is 3.7x the decode tokens" in text and "stalled" in text and "1,200 ms or more, 8x" in text
+    assert "prefill is 3.7x the decode tokens" in text and "stalled" in text and "1.20 s or more, 8x" in text
 
 
 def test_no_stall_when_the_gaps_stay_even():
@@ -181,7 +181,9 @@ def test_the_explanation_reads_as_markdown():
 
 
 def test_explain_runs_pools_saved_runs():
-    runs = [make_run(8, "a"), make_run(8, "b"), make_run(64, "c", scale=0.5)]
+    # make_run's fifth request fails; without it the batch is the setting's, so every finding is there.
+    runs = [replace(run, records=run.records[:4]) for run in (make_run(8, "a"), make_run(8, "b"),
+                                                               make_run(64, "c", scale=0.5))]
     explanation = explain_runs(runs)
     assert "max_num_seqs=64 gave 2.00x" in explanation.headline
     assert "near-linear" not in explanation.headline and "no real gain" not in explanation.headline

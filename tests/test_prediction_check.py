@@ -49,9 +49,16 @@ def test_a_setting_predicted_to_the_percent_reads_zero_not_minus_zero():
     assert said.endswith("Each setting: 0% at 8, -3% at 64.")
 
 
-def test_single_runs_have_no_spread_but_still_get_a_verdict():
+def test_single_runs_have_no_spread_so_only_the_ten_percent_verdict_is_given():
     said = against_prediction(prediction(78, 112), [pooled(8, 192, 192, 192, runs=1), pooled(64, 481, 481, 481, 1)])
-    assert "(2.51-2.51x between your runs)" in said and "outside 10% and outside the spread" in said
+    assert "2.51x (one run each, so no spread between runs to judge a miss against)" in said
+    assert "between your runs" not in said and "spread of your runs" not in said
+    assert "43% low: outside 10%, and with one run at a setting these runs cannot tell" in said
+
+
+def test_a_single_run_within_ten_percent_is_still_called_close():
+    said = against_prediction(prediction(100, 123), [pooled(8, 100, 100, 100, 1), pooled(64, 120, 118, 122, 3)])
+    assert "1.20x (one run at 8, so no spread" in said and "within 10%" in said and "spread of your runs" not in said
 
 
 @pytest.mark.parametrize("measured", [[], [pooled(8, 192, 190, 194)]])

@@ -12,6 +12,7 @@
   loop's requests, then the loop against vLLM.
 - ``naive``: I/O; the lab's requests one at a time through ``transformers``' ``generate()``, against vLLM.
 - ``findings``: pure text; one sentence-builder per effect, from the numbers.
+- ``step_cost``: pure text; the per-step cost and hardware findings, step growth read against batch growth.
 - ``prediction_check``: pure text; notebook 04's prediction held against the lab's runs.
 - ``explain``: notebook glue; the explanation of the speed-up, findings in order.
 - ``checks``: notebook glue; the learner's guided questions, graded (``grade_*``) and printed (``check_*``).

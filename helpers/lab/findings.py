@@ -2,9 +2,10 @@
 
 Pure text: every function takes the two settings' pooled rows (:class:`helpers.lab.table.ResultRow`,
 ``low`` and ``high``) and returns sentences whose conclusion follows the numbers, with
-branches where it flips (a step time that grew in proportion to the batch is said to have
-bought little; one that hardly grew is where batching pays). :mod:`helpers.lab.explain`
-decides which findings a run has the numbers for and puts them in order.
+branches where it flips (ranges that overlap make a gain noise; a latency that fell is put down to
+waiting for a slot only where the time to first token was most of it). The per-step cost and the
+hardware, both read from step growth against batch growth, are :mod:`helpers.lab.step_cost`.
+:mod:`helpers.lab.explain` decides which findings a run has the numbers for and puts them in order.
 
 Example::
 
@@ -26,10 +27,21 @@ from typing import Any
 from helpers.lab.table import ResultRow
 from helpers.load.summary import RunSummary
 from helpers.paged.kv_math import blocks_for
+from helpers.units import duration, share
 
 NEAR_LINEAR = 0.875  # of the linear speed-up (7x of 8x) counts as near-linear
-CHANGE = 0.10  # relative change below which a latency is "about the same"
+CHANGE = 0.10  # relative change below which a latency or a step time is "about the same"
 STALL = 3.0  # p99 / median gap between tokens from which decode counts as stalled by prefill
+MOSTLY_WAITING = 0.5  # share of the p95 latency spent before the first token from which requests were "mostly waiting"
+# Share of a setting's requests that may fail before its batch stops being the setting's own: above it the
+# survivors ran in a batch the failures shrank, so the slot, step-cost and hardware findings are left out.
+FAILED_SHARE = 0.10
+
+
+def failed_share(row: ResultRow) -> float:
+    """The share of a pooled row's requests that failed (``num_requests`` is per run, ``num_errors`` over all)."""
+    total = row.summary.num_requests * row.summary.num_runs
+    return row.summary.num_errors / total if total else 0.0
 
 
 def failed_text(low: ResultRow, high: ResultRow) -> str | None:
@@ -54,18 +66,46 @@ def headline(low: ResultRow, high: ResultRow, speedup: float | None, linear: flo
     a, b = low.max_num_seqs, high.max_num_seqs
     if speedup is None:
         return f"No throughput to compare: a setting has no successful requests ({a} vs {b})."
+    failures = [f"{row.summary.num_errors} of {row.summary.num_requests * row.summary.num_runs} requests failed "
+                f"at max_num_seqs={row.max_num_seqs}" for row in (low, high) if row.summary.num_errors]
+    what = f"max_num_seqs={b} gave {speedup:.2f}x the output tokens/s of max_num_seqs={a}"
+    if max(failed_share(low), failed_share(high)) > FAILED_SHARE:
+        return (f"{what}, but {' and '.join(failures)}: the difference measures the failures, not what more "
+                "slots do.")
+    text = f"{what}: {_verdict(low, high, speedup, linear)}"
+    return text + (f" ({'; '.join(failures)}.)" if failures else "")
+
+
+def _verdict(low: ResultRow, high: ResultRow, speedup: float, linear: float) -> str:
+    """The headline's judgement of the speed-up; where the runs have ranges, they decide what counts as noise."""
+    a, b = low.max_num_seqs, high.max_num_seqs
     n = high.summary.num_requests
     ceiling = min(b, n) / min(a, n) if n else linear  # n requests: at most n run at once
-    what = f"max_num_seqs={b} gave {speedup:.2f}x the output tokens/s of max_num_seqs={a}"
+    noise = ranges_overlap(low.summary, high.summary)
+    overlap = " The runs' throughput ranges overlap, though: this gain is within run-to-run noise." if noise else ""
     if speedup >= NEAR_LINEAR * linear:
-        return f"{what}: near-linear scaling ({linear:g}x would be linear)."
+        return f"near-linear scaling ({linear:g}x would be linear).{overlap}"
     if 1.15 < ceiling < linear and speedup >= 0.85 * ceiling:
-        return f"{what}: close to the {ceiling:.2f}x that {n} requests allow, short of linear ({linear:g}x)."
+        return f"close to the {ceiling:.2f}x that {n} requests allow, short of linear ({linear:g}x).{overlap}"
     if speedup >= 1.15:
-        return f"{what}: sub-linear, {speedup / linear:.0%} of the {linear:g}x that linear scaling would give."
-    if speedup > 0.9:
-        return f"{what}: no real gain from {b / a:g}x the slots."
-    return f"{what}: throughput fell with more slots."
+        return f"sub-linear, {speedup / linear:.0%} of the {linear:g}x that linear scaling would give.{overlap}"
+    if noise:
+        return (f"no real {'gain' if speedup >= 1 else 'difference'} from {b / a:g}x the slots: the runs' "
+                "throughput ranges overlap.")
+    if noise is False and speedup > 1:
+        return (f"a small gain from {b / a:g}x the slots ({speedup / linear:.0%} of the {linear:g}x that linear "
+                "scaling would give), larger than the run-to-run noise: the runs' ranges do not overlap.")
+    if speedup > 0.9 and noise is None:
+        return f"no real gain from {b / a:g}x the slots."
+    return "throughput fell with more slots."
+
+
+def ranges_overlap(low: RunSummary, high: RunSummary) -> bool | None:
+    """Whether the two settings' throughput ranges over their runs overlap; None where a setting had one run."""
+    low_range, high_range = low.range_of("output_tok_per_s"), high.range_of("output_tok_per_s")
+    if low_range is None or high_range is None:
+        return None
+    return high_range[0] <= low_range[1] and low_range[0] <= high_range[1]
 
 
 def throughput_text(low: ResultRow, high: ResultRow, speedup: float, linear: float) -> str:
@@ -74,12 +114,12 @@ def throughput_text(low: ResultRow, high: ResultRow, speedup: float, linear: flo
     text = (f"Output throughput was {_tok_s_with_range(lo)} at {a} and {_tok_s_with_range(hi)} at {b}: "
             f"{speedup:.2f}x, where {b / a:g}x the slots would give {linear:g}x if every step cost the same "
             f"however many requests it carries.")
-    low_range, high_range = lo.range_of("output_tok_per_s"), hi.range_of("output_tok_per_s")
-    if low_range is not None and high_range is not None:
-        if high_range[0] <= low_range[1]:
-            text += " The repetitions' ranges overlap, so the difference is within run-to-run noise."
-        else:
-            text += " The ranges do not overlap: the gain is larger than the run-to-run noise."
+    noise = ranges_overlap(lo, hi)
+    if noise is True:
+        text += " The repetitions' ranges overlap, so the difference is within run-to-run noise."
+    elif noise is False:
+        text += (f" The ranges do not overlap: the {'gain' if speedup > 1 else 'difference'} is larger than the "
+                 "run-to-run noise.")
     return text
 
 
@@ -88,29 +128,44 @@ def latency_text(low: ResultRow, high: ResultRow) -> str:
     lo, hi = low.summary, high.summary
     p95_low, p95_high = lo.e2e_p95_s, hi.e2e_p95_s
     change = (p95_high - p95_low) / p95_low
-    text = f"p95 end-to-end latency went from {p95_low:.1f} s at {a} to {p95_high:.1f} s at {b} ({change:+.0%})"
+    n = hi.num_requests
+    queued = bool(n) and n > a  # with no more requests than slots at the low setting, nobody waited for one
+    tpot = ratio(hi.tpot_mean_ms, lo.tpot_mean_ms)
+    slower_steps = tpot is not None and tpot > 1 + CHANGE
+    steps = f" (mean time per output token {tpot - 1:+.0%})" if tpot is not None else ""
+    text = (f"p95 end-to-end latency went from {duration(p95_low)} at {a} to {duration(p95_high)} at {b} "
+            f"({change:+.0%})")
     if change < -CHANGE:
         text += "."
         if lo.ttft_p95_s:
-            text += (f" At {a} the slowest requests were mostly waiting: their p95 time to first token was "
-                     f"{lo.ttft_p95_s:.1f} s, {lo.ttft_p95_s / p95_low:.0%} of the p95 latency, time spent queued "
-                     f"for a slot while earlier requests finished.")
-            n = hi.num_requests
-            text += (f" At {b} no request waits for a slot." if n and n <= b else
-                     f" At {b} fewer requests wait for a slot.")
+            waited = lo.ttft_p95_s / p95_low
+            text += f" At {a} the p95 time to first token was {duration(lo.ttft_p95_s)}, {share(waited)} of the p95 latency"
+            text += (": the slowest requests were mostly waiting for their first token" if waited > MOSTLY_WAITING
+                     else ": the slowest requests spent more of it generating than waiting")
+            text += (", queued for a slot while earlier requests finished." if queued and waited > MOSTLY_WAITING
+                     else ".")
+            if queued:
+                text += (f" At {b} no request waits for a slot." if n <= b else f" At {b} fewer requests wait for a slot.")
     elif change > CHANGE:
-        text += (f": more requests share every step, so each step is slower for everyone, and at {b} this "
-                 f"cost more than the queueing it removed.")
+        if slower_steps:
+            text += f": more requests share every step, so each step is slower for everyone{steps}"
+            text += (f", and at {b} this cost more than the queueing it removed." if queued else ".")
+        else:
+            text += f", though the steps did not get slower{steps}: the extra time is not the cost of sharing steps."
     else:
-        text += ": about the same. Removing the wait for a slot was paid for by slower shared steps."
+        text += ": about the same."
+        if queued and slower_steps:
+            text += f" Removing the wait for a slot was paid for by slower shared steps{steps}."
+        elif not queued:
+            text += f" No request waited for a slot at either setting ({n} requests, {a} slots)."
     p50_low, p50_high = lo.e2e_p50_s, hi.e2e_p50_s
     if p50_low and p50_high:
         p50_change = (p50_high - p50_low) / p50_low
-        if p50_change > CHANGE and change < -CHANGE:
-            text += (f" The median went the other way ({p50_low:.1f} -> {p50_high:.1f} s): at {a} early requests "
-                     f"finished fast and late ones waited; at {b} everyone runs together and finishes together.")
+        if p50_change > CHANGE and change < -CHANGE and queued:
+            text += (f" The median went the other way ({duration(p50_low)} -> {duration(p50_high)}): at {a} early "
+                     f"requests finished fast and late ones waited; at {b} everyone runs together and finishes together.")
         else:
-            text += f" The median went from {p50_low:.1f} to {p50_high:.1f} s ({p50_change:+.0%})."
+            text += f" The median went from {duration(p50_low)} to {duration(p50_high)} ({p50_change:+.0%})."
     return text
 
 
@@ -126,64 +181,37 @@ def slots_text(low: ResultRow, high: ResultRow) -> str:
     text += (f" The client saw at most {peak_high} requests generating tokens at the same moment at {b} "
              f"(at {a}: {peak_low}), so the batch grew {peak_high / peak_low:.2f}x.")
     if n and peak_high < 0.9 * min(n, b):
-        text += (f" Not all {min(n, b)} overlapped: prompts are admitted a chunk of prefill at a time, and the "
-                 f"first requests finished before the last ones started generating.")
+        text += f" Not all {min(n, b)} overlapped: " + _why_not_all_overlapped(high)
     if peak_low < a:
         text += f" At {a} the slots were not always full (peak {peak_low})."
-    return text
-
-
-def step_text(low: ResultRow, high: ResultRow, growth: float, speedup: float | None) -> str:
-    a, b = low.max_num_seqs, high.max_num_seqs
-    batch = batch_growth(low.summary, high.summary)
-    tpot_low, tpot_high = low.summary.tpot_mean_ms, high.summary.tpot_mean_ms
-    text = (f"The mean time per output token (one decode step, as each request sees it) was {tpot_low:.3g} ms at "
-            f"{a} and {tpot_high:.3g} ms at {b}: {growth:.2f}x longer for a {batch:.2f}x larger batch. Tokens/s "
-            f"per running request fell from {1000 / tpot_low:.1f} to {1000 / tpot_high:.1f}.")
-    if growth >= 0.75 * batch:
-        text += (" Step time grew almost in proportion to the batch, so a larger batch bought little: "
-                 "the hardware was already busy with the smaller one.")
-    elif growth <= 1.5:
-        text += (" Step time hardly grew: a step for many requests cost about as much as for a few, "
-                 "which is where batching pays (memory-bound decode).")
-    else:
-        text += (" Step time grew, but less than the batch: part of each step (reading the weights) "
-                 "is shared by all the requests in it.")
-    expected = batch / growth
-    text += f" Batch growth over step growth predicts {expected:.2f}x the throughput"
-    if speedup is None:
-        text += "."
-    elif abs(expected - speedup) / speedup <= 0.2:
-        text += f"; measured {speedup:.2f}x, consistent: slots used and step cost account for the gain."
-    else:
-        text += f"; measured {speedup:.2f}x, so other effects (below) matter too."
     return text
 
 
 def prefill_text(low: ResultRow, high: ResultRow) -> str:
     b, hi = high.max_num_seqs, high.summary
     prompt, output = hi.prompt_tokens_total, hi.output_tokens_total
-    share = prompt / output
+    prefill = prompt / output
     text = (f"The prompts carry {prompt:,.0f} tokens (chat template included) against {output:,.0f} generated "
-            f"tokens: prefill is {share:.1f}x the decode tokens, ")
-    if share >= 1:
+            f"tokens: prefill is {prefill:.1f}x the decode tokens, ")
+    if prefill >= 1:
         text += "most of the tokens processed, "
     text += ("and it is the same work at every max_num_seqs: more slots cannot make it smaller, only "
              "decode steps gain from a bigger batch.")
     if hi.ttft_p50_s is not None and hi.ttft_p95_s is not None:
         text += (f" vLLM runs prompt chunks in the same steps as other requests' decoding, so at {b} the first "
-                 f"token came after {hi.ttft_p50_s:.1f} s (p50) and {hi.ttft_p95_s:.1f} s (p95)")
-        text += (f", {hi.ttft_p95_s / hi.e2e_p95_s:.0%} of the p95 latency." if hi.e2e_p95_s else ".")
+                 f"token came after {duration(hi.ttft_p50_s)} (p50) and {duration(hi.ttft_p95_s)} (p95)")
+        text += (f", {share(hi.ttft_p95_s / hi.e2e_p95_s)} of the p95 latency." if hi.e2e_p95_s else ".")
     itl_p50, itl_p99 = hi.itl_p50_ms, hi.itl_p99_ms
     if itl_p50 and itl_p99:
         stall = itl_p99 / itl_p50
         if stall >= STALL:
             text += (f" Steps that carried a prefill chunk stalled the requests already decoding: the slowest 1% of "
-                     f"gaps between tokens took {itl_p99:,.0f} ms or more, {stall:.0f}x the median gap of "
-                     f"{itl_p50:.0f} ms.")
+                     f"gaps between tokens took {duration(itl_p99 / 1000)} or more, {stall:.0f}x the median gap of "
+                     f"{duration(itl_p50 / 1000)}.")
         else:
             text += (f" Decode was not visibly stalled by prefill: even the slowest 1% of gaps between tokens "
-                     f"({itl_p99:,.0f} ms) stayed within {STALL:g}x the median gap ({itl_p50:.0f} ms).")
+                     f"({duration(itl_p99 / 1000)}) stayed within {STALL:g}x the median gap "
+                     f"({duration(itl_p50 / 1000)}).")
     return text
 
 
@@ -206,10 +234,10 @@ def kv_text(kv: dict[str, Any] | None, request_tokens: Sequence[int], max_model_
         need_blocks = sum(blocks_for(t, block) for t in request_tokens)
         capacity = int(kv.get("num_blocks") or pool // block)
         text += (f". All {n} requests at once need {need:,} tokens, {need_blocks:,} blocks "
-                 f"({need_blocks / capacity:.0%} of the pool; a request's last block is partly empty)")
+                 f"({share(need_blocks / capacity)} of the pool; a request's last block is partly empty)")
         fits = need_blocks <= capacity
     else:
-        text += f". All {n} requests at once need {need:,} tokens ({need / pool:.0%} of the pool)"
+        text += f". All {n} requests at once need {need:,} tokens ({share(need / pool)} of the pool)"
         fits = need <= pool
     if fits:
         text += (". So the KV cache never limited the batch here: PagedAttention hands out blocks as tokens "
@@ -218,45 +246,19 @@ def kv_text(kv: dict[str, Any] | None, request_tokens: Sequence[int], max_model_
         text += (". They do not all fit: the scheduler has to keep requests waiting, or preempt running ones, "
                  "so KV capacity limited the batch, not max_num_seqs.")
     if mml:
-        naive = n * mml
+        naive, held = n * mml, pool // mml
+        running = min(n, high_seqs)  # the most requests this setting runs at once
         text += f" A naive allocator reserving max_model_len = {mml:,} tokens per request would need {naive:,}"
-        if naive > pool:
-            text += (f", more than the pool: it could hold only {pool // mml} requests at once "
-                     f"(fewer than {min(n, high_seqs)}), where paging holds them all"
-                     + ("." if fits else " that fit."))
-        else:
+        if held >= n:
             text += ", which would also fit in this pool: memory is not the constraint in this lab."
+        elif held < running:
+            text += (f", more than the pool: it could hold only {held} requests at once "
+                     f"(fewer than {running}), where paging holds them all" + ("." if fits else " that fit."))
+        else:
+            text += (f", more than the pool, but it could still hold {held} requests at once, no fewer than the "
+                     f"{running} that max_num_seqs={high_seqs} runs at once: at this setting the reservation "
+                     "would not have limited the batch either.")
     return text
-
-
-def hardware_text(device: str, growth: float | None, low: ResultRow, high: ResultRow,
-                  cpu_count: int | None) -> str:
-    batch = batch_growth(low.summary, high.summary)
-    proportional = growth is not None and batch is not None and growth >= 0.75 * batch
-    if device == "cpu":
-        cores = f"{cpu_count} CPU cores" if cpu_count else "CPU cores"
-        text = (f"On {cores} the model's matrix multiplications are compute-bound: a step over k requests does "
-                "about k times the arithmetic on the same cores, unlike a GPU, where a decode step for a few "
-                "requests mostly waits for weights to arrive from memory and more requests ride along almost free.")
-        if growth is not None:
-            text += (" The measured step growth agrees." if proportional else
-                     f" Here step time grew {growth:.2f}x for a {batch:.2f}x batch, less than proportionally: "
-                     "some per-step work (weights, Python overhead) is shared.")
-        return text
-    text = ("On a GPU, a decode step has a fixed cost the whole batch shares: reading every weight once (most of "
-            "a step for a large model) and the host's work of scheduling, launching kernels and streaming tokens "
-            "(most of a step for a small one), so more requests per step cost little until the GPU or the host "
-            "saturates.")
-    if growth is not None:
-        text += (f" Yet here step time grew {growth:.2f}x for a {batch:.2f}x batch: the GPU (or the server "
-                 "process feeding it) was saturated." if proportional else
-                 f" Here step time grew only {growth:.2f}x for a {batch:.2f}x batch, as expected.")
-    return text
-
-
-def batch_growth(low: RunSummary, high: RunSummary) -> float | None:
-    """How many times more requests generated at once at the high setting; None where a peak is 0."""
-    return ratio(high.peak_generating, low.peak_generating) if high.peak_generating else None
 
 
 def ratio(top: float | None, bottom: float | None) -> float | None:
@@ -266,6 +268,24 @@ def ratio(top: float | None, bottom: float | None) -> float | None:
     (1.5, None, None)
     """
     return top / bottom if top is not None and bottom else None
+
+
+def _why_not_all_overlapped(high: ResultRow) -> str:
+    """Why fewer requests generated at once than the setting allows, as far as the numbers show it."""
+    hi = high.summary
+    if hi.num_errors:
+        return f"{hi.num_errors} requests failed at {high.max_num_seqs}, and a failed request never generates."
+    if hi.ttft_p95_s is not None and hi.e2e_p50_s is not None and hi.ttft_p95_s > hi.e2e_p50_s:
+        # With every request sent at once, a p95 first token after the median finish means the
+        # slowest twentieth started generating after half of the requests had finished.
+        text = (f"the first requests finished before the last ones started generating (p95 time to first token "
+                f"{duration(hi.ttft_p95_s)}, median end-to-end {duration(hi.e2e_p50_s)})")
+        if hi.num_requests <= (high.max_num_seqs or 0):
+            text += (": with a slot for every request, what held the last ones back was prefill, which vLLM admits "
+                     "a chunk at a time, or KV space (see the KV-cache finding)")
+        return text + "."
+    return ("some requests were not generating while others were (still in prefill or already done); these "
+            "numbers do not show which.")
 
 
 def _tok_s_with_range(summary: RunSummary) -> str:

@@ -3,7 +3,8 @@
 Notebook 04 fits a step-time model on its own server and predicts the lab's output tok/s at 8 and 64 slots
 (:mod:`helpers.batching.prediction`); the lab draws that prediction on its sweep, and this says in numbers how
 close it came. The verdict reads the ratio of 64 to 8 against 10% and against the spread of the lab's own runs:
-a miss inside that spread is one these runs cannot tell from noise. Each setting's own error is stated too,
+a miss inside that spread is one these runs cannot tell from noise. A setting run once has no spread, so there
+the verdict is the 10% alone. Each setting's own error is stated too,
 since a ratio can be right while both settings are off by the same factor (on a GPU with a small model the
 front end, which the model describes more coarsely than the engine, can set both).
 
@@ -47,9 +48,19 @@ def against_prediction(prediction: dict[str, Any], rows: Sequence[ResultRow]) ->
                  for end in ("_min", "_max"))
     ratio_predicted, ratio = predicted[last] / predicted[first], mean[last] / mean[first]
     ratio_low, ratio_high = low[last] / high[first], high[last] / low[first]
+    single = [seqs for seqs in (first, last) if measured[seqs].summary.num_runs < 2]
     error = ratio_predicted / ratio - 1
+    if single:
+        # One run of a setting gives a range of zero width: "outside the spread" would read as a verdict.
+        spread = (f"one run {'each' if len(single) == 2 else f'at {single[0]}'}, so no spread between runs to "
+                  "judge a miss against")
+    else:
+        spread = f"{ratio_low:.2f}-{ratio_high:.2f}x between your runs"
     if abs(error) <= CLOSE_ENOUGH:
         verdict = "within 10%, so the step-time model accounts for the gain"
+    elif single:
+        verdict = ("outside 10%, and with one run at a setting these runs cannot tell a miss of the model from "
+                   "run-to-run noise; each setting's error below says on which side")
     elif ratio_low <= ratio_predicted <= ratio_high:
         verdict = "outside 10%, but inside the spread of your runs: these runs cannot tell the model wrong"
     else:
@@ -58,7 +69,7 @@ def against_prediction(prediction: dict[str, Any], rows: Sequence[ResultRow]) ->
     settings = ", ".join(f"{_percent(predicted[seqs] / mean[seqs] - 1)} at {seqs}" for seqs in (first, last))
     return (f"Notebook 04 predicted {predicted[first]:,.0f} output tok/s at {first} slots and {predicted[last]:,.0f} "
             f"at {last}, {ratio_predicted:.2f}x; you measured {mean[first]:,.0f} and {mean[last]:,.0f}, {ratio:.2f}x "
-            f"({ratio_low:.2f}-{ratio_high:.2f}x between your runs). The ratio's prediction is "
+            f"({spread}). The ratio's prediction is "
             f"{abs(error):.0%} {'high' if error > 0 else 'low'}: {verdict}. Each setting: {settings}.")
 
 
