@@ -66,9 +66,9 @@ def test_finishes_bunched_together_read_as_fewer_moments_than_requests_not_waves
     assert "2 distinct moments" in text and "not in 3 waves" in text
 
 
-def test_a_burst_that_never_filled_the_batch_says_so_instead():
-    text = explain_live_engine(live(peak_running=5, seconds_with_queue=0.0), finished_at([1.0]), 8, 0.25)
-    assert "never filled the batch" in text and "peaked at 5 of the cap of 8" in text
+def test_a_burst_the_polls_never_saw_fill_the_batch_says_what_they_saw_instead():
+    text = explain_live_engine(live(peak_running=5, seconds_with_queue=0.0), finished_at([1.0] * 20), 8, 0.25)
+    assert "never caught the batch full" in text and "peak at 5 of the cap of 8" in text
 
 
 # ----- the fit ---------------------------------------------------------------------------------------

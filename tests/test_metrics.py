@@ -214,3 +214,10 @@ def test_the_real_engine_pins_running_at_max_num_seqs_and_queues_the_rest():
 def test_no_samples_at_all_is_a_clear_error_not_an_assertion():
     with pytest.raises(ValueError, match="every scrape failed"):
         summarize_samples([])
+
+
+def test_a_cap_reached_with_no_queue_sampled_says_what_the_polls_saw_not_that_nobody_waited():
+    samples = [MetricsSample(t, r, 0, 0.1, 0, 0, 0, 0, 0) for t, r in [(0.0, 0), (0.25, 4), (0.5, 4), (0.75, 0)]]
+    title = metrics_finding(summarize_samples(samples, max_num_seqs=4), 4)
+    assert title.startswith("running reached the cap of 4; no poll (every 0.25 s) saw a request waiting")
+    assert "no request had to wait" not in title

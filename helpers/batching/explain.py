@@ -1,8 +1,8 @@
 """Notebook 04's findings in sentences, each built from the numbers of the run (pure).
 
 The notebook computes; these functions say what its numbers mean, and the wording follows the
-numbers: a gain near 1 reads differently from a large one, a burst that never filled the batch
-differently from one that did, a close replay differently from a poor one. Nothing is canned.
+numbers: a gain near 1 reads differently from a large one, a burst whose queue the polls caught
+differently from one they did not, a close replay differently from a poor one. Nothing is canned.
 
 - :func:`explain_simulation`: continuous against static batching on the four simulated traces.
 - :func:`explain_live_engine`: what ``/metrics`` showed of the real scheduler during the burst.
@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helpers.batching.measure_stats import finish_moments
+from helpers.batching.measure_stats import burst_seconds, finish_moments
 from helpers.batching.sim_records import BatchingSummary
 from helpers.batching.step_time import StepMeasurement, StepTimeModel
 from helpers.batching.trace import BatchRequest
 from helpers.load.client import RequestRecord
-from helpers.units import duration
+from helpers.units import duration, share
 
 
 def decode_batch_sizes(measurements: Sequence[StepMeasurement]) -> list[int]:
@@ -54,12 +54,13 @@ def explain_simulation(sim_rows: Mapping[str, tuple[BatchingSummary, BatchingSum
 
 def explain_live_engine(live: Any, records: Sequence[RequestRecord], max_num_seqs: int, kv_gib: float) -> str:
     """What the polled burst showed: running pinned at the cap while requests waited, finishes one by
-    one, KV use and preemptions; or that the batch never filled. ``live``: a
-    ``helpers.load.prometheus.MetricsSummary`` of the burst."""
+    one, KV use and preemptions; or, where the polls caught no queue behind a full batch, only what they
+    did catch. ``live``: a ``helpers.load.prometheus.MetricsSummary`` of the burst.
+
+    The polls read the gauges every ``poll_interval_p50_s``: a queue that forms and empties between two
+    polls (a GPU's burst can) leaves no trace in them, so that case names no cause."""
     if not (live.peak_running >= max_num_seqs and live.seconds_with_queue > 0):
-        return (f"Running peaked at {live.peak_running} of the cap of {max_num_seqs} and at most {live.peak_waiting} "
-                "requests waited: the burst never filled the batch while others queued (a very busy machine admits "
-                "slowly). Re-run the burst cell to see the cap.")
+        return _queue_not_caught(live, records, max_num_seqs, kv_gib)
     moments = finish_moments(records)
     waves = -(-len(records) // max_num_seqs)
     how = ("one by one, not in batches." if len(moments) >= 0.75 * len(records) else
@@ -68,8 +69,35 @@ def explain_live_engine(live: Any, records: Sequence[RequestRecord], max_num_seq
     return (f"For the {live.seconds_with_queue:.1f} s that requests waited (up to {live.peak_waiting}), "
             f"`num_requests_running` averaged {live.mean_running_while_queued:.1f} of the cap of {max_num_seqs}. "
             f"The {len(records)} requests finished at {len(moments)} distinct moments (finishes within 50 ms count as "
-            f"one): {how} KV usage peaked at {live.peak_kv_cache_usage:.0%} of a {kv_gib:.2f} GiB pool; "
+            f"one): {how} {_kv_sentence(live, kv_gib)}")
+
+
+def _kv_sentence(live: Any, kv_gib: float) -> str:
+    return (f"KV usage peaked at {share(live.peak_kv_cache_usage)} of a {kv_gib:.2f} GiB pool; "
             f"{live.num_preemptions} preemptions.")
+
+
+def _queue_not_caught(live: Any, records: Sequence[RequestRecord], max_num_seqs: int, kv_gib: float) -> str:
+    """The burst as the polls saw it when they timed no queue behind a full batch."""
+    poll = getattr(live, "poll_interval_p50_s", None)
+    polls = f"The polls (one every {duration(poll)})" if poll else "The polls"
+    if live.peak_running >= max_num_seqs and live.peak_waiting:
+        # seconds_with_queue adds the gaps after polls that saw a queue: 0 means only the last poll did
+        seen = (f"{polls} saw running reach the cap of {max_num_seqs}, and {live.peak_waiting} requests waiting "
+                "in the last poll only, so they timed no wait")
+    elif live.peak_running >= max_num_seqs:
+        seen = (f"{polls} saw running reach the cap of {max_num_seqs} but no request waiting: any queue behind the "
+                "full batch formed and emptied between polls")
+    elif len(records) < max_num_seqs:
+        seen = (f"{polls} saw running peak at {live.peak_running}: the burst sent only {len(records)}, fewer than "
+                f"the cap of {max_num_seqs}, so it cannot fill the batch")
+    else:
+        waited = f"while up to {live.peak_waiting} requests waited" if live.peak_waiting else "and no request waiting"
+        seen = (f"{polls} saw running peak at {live.peak_running} of the cap of {max_num_seqs}, {waited}: "
+                "they never caught the batch full")
+    burst_s = burst_seconds(records)
+    lasted = f" The burst lasted {duration(burst_s)}." if burst_s else ""
+    return f"{seen}.{lasted} {_kv_sentence(live, kv_gib)}"
 
 
 def explain_fit(fitted: StepTimeModel, reference: StepTimeModel, batch_sizes: Sequence[int],

@@ -229,7 +229,9 @@ def metrics_finding(summary: MetricsSummary, max_num_seqs: int | None = None) ->
         head = (f"while requests waited (up to {summary.peak_waiting}), running averaged "
                 f"{summary.mean_running_while_queued:.1f} of the cap of {max_num_seqs}")
     elif max_num_seqs is not None and summary.peak_running >= max_num_seqs:
-        head = f"running reached the cap of {max_num_seqs}; no request had to wait"
+        # a queue can form and empty between two polls: say what the polls saw, not that nobody waited
+        head = (f"running reached the cap of {max_num_seqs}; no poll (every {summary.poll_interval_p50_s:.2g} s) "
+                "saw a request waiting")
     elif max_num_seqs is not None:
         head = (f"running peaked at {summary.peak_running}, below the cap of {max_num_seqs} "
                 f"(up to {summary.peak_waiting} waiting)")

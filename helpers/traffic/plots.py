@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from helpers.drawing import GENERATE_COLOR, WAIT_COLOR, setting_colors
 from helpers.traffic.rates import RatePoint, measured_saturation
 from helpers.tuning.roofline import DecodeRoofline
+from helpers.units import duration
 
 RATE_LABEL = "offered load (requests/s)"
 
@@ -49,9 +50,20 @@ def _title(fig: Figure, finding: str, points: Sequence[RatePoint]) -> None:
     fig.suptitle(finding + ("\nnot measured: " + "; ".join(missing) if missing else ""))
 
 
+def _two_digits(value: float) -> str:
+    """Two significant digits, never in exponent form: 0.64, 1.6, 20, 150."""
+    return f"{float(f'{value:.2g}'):g}"
+
+
 def load_finding(points: Sequence[RatePoint]) -> str:
-    """How TTFT p95 grew from the lightest to the heaviest load of the setting that grew most, and
-    the measured bracket where that setting stopped keeping up."""
+    """How TTFT p95 changed from the lightest to the heaviest load of the setting whose TTFT grew most
+    (or fell least), and the measured bracket where that setting stopped keeping up.
+
+    >>> from helpers.traffic.rates import RatePoint
+    >>> pts = [RatePoint("max_num_seqs=8", r, 1.0, 20, num_ok=20, ttft_p95_s=t) for r, t in ((1.0, 0.11), (3.0, 0.07))]
+    >>> load_finding(pts)
+    'max_num_seqs=8: TTFT p95 0.11 s at 1 req/s, 0.07 s at 3 req/s (fell to 0.64x)'
+    """
     best = None
     for setting, ps in _measured(points).items():
         ends = [p for p in ps if p.ttft_p95_s]
@@ -60,8 +72,9 @@ def load_finding(points: Sequence[RatePoint]) -> str:
     if best is None:
         return "too few measured points to compare light and heavy load"
     growth, setting, low, high = best
-    text = (f"{setting}: TTFT p95 {low.ttft_p95_s:.2g} s at {low.offered_rate:g} req/s, {high.ttft_p95_s:.2g} s at "
-            f"{high.offered_rate:g} req/s ({growth:.0f}x)")
+    change = f"fell to {_two_digits(growth)}x" if growth < 1 else f"{_two_digits(growth)}x"
+    text = (f"{setting}: TTFT p95 {_two_digits(low.ttft_p95_s)} s at {low.offered_rate:g} req/s, "
+            f"{_two_digits(high.ttft_p95_s)} s at {high.offered_rate:g} req/s ({change})")
     seen = measured_saturation(points).get(setting)
     if seen is None:
         return text
@@ -148,11 +161,18 @@ def plot_roofline(measured: Sequence[tuple[int, float]], bounds: Sequence[Decode
                   bandwidth_note: str) -> Figure:
     """Measured decode step times (batch, seconds) against the memory-bandwidth bound of each batch.
 
+    The title reads the largest batch. A step faster than its bound means the machine read its bytes
+    faster than ``bandwidth_note``'s figure: then the line is no bound, and the title says so.
+
     >>> from helpers.tuning.roofline import decode_roofline
     >>> bounds = [decode_roofline(270e6, 23_040, [300] * b, 20e9) for b in (1, 4, 8)]
     >>> fig = plot_roofline([(1, 0.030), (8, 0.045)], bounds, "20 GB/s")
     >>> fig.axes[0].get_title()
-    'at 8 sequences a step took 45 ms; reading its bytes at 20 GB/s takes at least 16.3 ms: the bound is 36% of the step'
+    'at 8 sequences a step took 45.0 ms; reading its bytes at 20 GB/s takes at least 16.3 ms: the bound is 36% of the step'
+    >>> print(plot_roofline([(8, 0.012)], bounds, "20 GB/s (measured copy)").axes[0].get_title())
+    at 8 sequences a step took 12.0 ms, less than reading its bytes at 20 GB/s (measured copy) takes (16.3 ms):
+    that figure understates this machine's read bandwidth, so the line is no bound here
+    (on a CPU the copy is numpy's, run on the threads numpy has, often one core's worth)
     """
     fig = Figure(figsize=(8, 4.4), layout="constrained")
     ax = fig.subplots()
@@ -167,7 +187,16 @@ def plot_roofline(measured: Sequence[tuple[int, float]], bounds: Sequence[Decode
     ax.legend(fontsize=8)
     batch, step_s = max(measured)
     bound = next((b for b in bounds if b.batch == batch), None)
-    ax.set_title(f"at {batch} sequences a step took {step_s * 1e3:.3g} ms" + (
-        "" if bound is None else f"; reading its bytes at {bandwidth_note} takes at least "
-        f"{bound.step_s * 1e3:.3g} ms: the bound is {bound.efficiency(step_s):.0%} of the step"))
+    took = f"at {batch} sequences a step took {duration(step_s)}"
+    if bound is None:
+        title = took
+    elif bound.step_s > step_s:  # the step beat the figure: it is no lower bound on this machine
+        title = (f"{took}, less than reading its bytes at {bandwidth_note} takes ({duration(bound.step_s)}):\n"
+                 "that figure understates this machine's read bandwidth, so the line is no bound here"
+                 + ("\n(on a CPU the copy is numpy's, run on the threads numpy has, often one core's worth)"
+                    if "copy" in bandwidth_note and "datasheet" not in bandwidth_note else ""))
+    else:
+        title = (f"{took}; reading its bytes at {bandwidth_note} takes at least {duration(bound.step_s)}: "
+                 f"the bound is {bound.efficiency(step_s):.0%} of the step")
+    ax.set_title(title, **({"fontsize": 9} if "\n" in title else {}))  # three lines must fit the figure
     return fig

@@ -1,6 +1,7 @@
 """Before and after: two :class:`~helpers.tuning.measurement.Measurement` objects as ratios
 (:func:`compare_measurements`) and in words (:func:`describe_ratio`, :func:`describe_change`),
-calling a change smaller than the run-to-run noise what it is. Pure: numbers in, text out.
+calling a change within the run-to-run noise what it is (:func:`within_noise`: one rule for every
+sentence and table that judges a ratio). Pure: numbers in, text out.
 
 A side that was not measured (None, or a run cut short by its server dying: ``failure`` set)
 is not compared: its ratios are None, and the sentences name it and why.
@@ -19,9 +20,12 @@ from typing import Any
 
 from helpers import validate
 from helpers.tuning.measurement import Measurement
+from helpers.units import share
 
 # Separate server starts on the course's 2-core CPU differed by 20-25% in throughput for the
-# same setting (the lab's repetitions show it): a smaller change is not a finding.
+# same setting (the lab's repetitions show it; notebook 05's Concepts cite them): a smaller change
+# is not a finding. A GPU's single runs spread wider (results/gpu/README.md), which is why its
+# repeated runs' ranges, where they exist, decide instead (within_noise).
 NOISE = 0.25
 
 
@@ -74,33 +78,80 @@ def compare_measurements(before: Any, after: Any) -> Change:
     )
 
 
-def describe_ratio(ratio: float | None, what: str, noise: float = NOISE, overlapping: bool = False) -> str:
-    """A ratio in words, treating a change smaller than ``noise``, or one whose repeated runs' ranges
-    overlap (``overlapping``), as no finding.
+def within_noise(ratio: float, noise: float = NOISE, overlapping: bool | None = None) -> bool:
+    """Whether a ratio is no finding: where both sides repeated their runs (``overlapping`` not None),
+    whether their ranges overlap; else whether it is under ``1 + noise`` either way, so that a
+    change and its reverse (1.25x and 0.8x) get the same verdict.
+
+    >>> within_noise(1.2), within_noise(1 / 1.2), within_noise(1.25), within_noise(0.8)
+    (True, True, False, False)
+    >>> within_noise(1.2, overlapping=False), within_noise(2.0, overlapping=True)
+    (False, True)
+    """
+    if overlapping is not None:  # measured spreads say more about this run than the CPU's constant
+        return overlapping
+    return ratio > 0 and max(ratio, 1 / ratio) < 1 + noise
+
+
+def describe_noise(noise: float = NOISE) -> str:
+    """The noise threshold in words: the factor either way and, for the course's, where it was measured.
+
+    >>> describe_noise()
+    "a change under 1.25x either way counts as noise: separate server starts of one setting differed by that much on the course's 2-core CPU"
+    >>> describe_noise(0.1)
+    'a change under 1.10x either way counts as noise'
+    """
+    where = (": separate server starts of one setting differed by that much on the course's 2-core CPU"
+             if noise == NOISE else "")
+    return f"a change under {1 + noise:.2f}x either way counts as noise{where}"
+
+
+def describe_ratio(ratio: float | None, what: str, noise: float = NOISE, overlapping: bool | None = None) -> str:
+    """A ratio in words, calling it noise by :func:`within_noise`. ``overlapping``: whether the
+    repeated runs' ranges of the two sides overlap (:func:`spreads_overlap`); None where either side
+    ran once, and then the ``noise`` threshold decides (:func:`describe_noise` says where it comes from; a
+    sentence of several ratios says it once, not in each).
 
     >>> describe_ratio(1.8, "throughput"), describe_ratio(0.5, "p95 latency")
     ('throughput 1.80x (up 80%)', 'p95 latency 0.50x (down 50%)')
-    >>> describe_ratio(1.1, "throughput")
-    'throughput 1.10x (within the run-to-run noise of about 25%)'
+    >>> describe_ratio(1.1, "throughput"), describe_ratio(0.9, "throughput", noise=0.05)
+    ('throughput 1.10x (within the noise: under 1.25x either way)', 'throughput 0.90x (down 10%)')
     >>> describe_ratio(1.4, "throughput", overlapping=True)
     "throughput 1.40x (within the run-to-run noise: the runs' ranges overlap)"
+    >>> describe_ratio(1.2, "throughput", overlapping=False)
+    "throughput 1.20x (up 20%: the runs' ranges do not overlap)"
     >>> describe_ratio(None, "p95 latency")
     'p95 latency: not measured'
     """
     noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
     if ratio is None or not math.isfinite(ratio):
         return f"{what}: not measured"
-    if abs(ratio - 1) < noise:
-        return f"{what} {ratio:.2f}x (within the run-to-run noise of about {noise:.0%})"
     if overlapping:
         return f"{what} {ratio:.2f}x (within the run-to-run noise: the runs' ranges overlap)"
-    return f"{what} {ratio:.2f}x ({'up' if ratio > 1 else 'down'} {abs(ratio - 1):.0%})"
+    if within_noise(ratio, noise, overlapping):
+        return f"{what} {ratio:.2f}x (within the noise: under {1 + noise:.2f}x either way)"
+    # Disjoint ranges make a change a finding that the threshold alone would call noise: say why.
+    apart = ": the runs' ranges do not overlap" if within_noise(ratio, noise) else ""
+    return f"{what} {ratio:.2f}x ({'up' if ratio > 1 else 'down'} {share(abs(ratio - 1))}{apart})"
 
 
-def spreads_overlap(before: Any, after: Any) -> bool:
-    """Whether both sides ran their load more than once and the ranges of their output tok/s meet."""
+def spreads_overlap(before: Any, after: Any) -> bool | None:
+    """Whether the ranges of output tok/s of two sides that each ran their load more than once meet;
+    None where either side ran it once (no range to compare).
+
+    >>> from dataclasses import replace
+    >>> m = Measurement.not_run("KV pool", "2 GiB", "x")
+    >>> spreads_overlap(replace(m, runs_tok_s=(9.0, 11.0)), replace(m, runs_tok_s=(10.0, 12.0)))
+    True
+    >>> spreads_overlap(replace(m, runs_tok_s=(9.0, 11.0)), replace(m, runs_tok_s=(12.0, 13.0)))
+    False
+    >>> print(spreads_overlap(replace(m, runs_tok_s=(9.0, 11.0)), m))
+    None
+    """
     a, b = getattr(before, "spread", None), getattr(after, "spread", None)
-    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+    if a is None or b is None:
+        return None
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def describe_spreads(before: Any, after: Any) -> str:
@@ -129,9 +180,10 @@ def describe_spreads(before: Any, after: Any) -> str:
 def describe_change(before: Any, after: Any) -> str:
     """One sentence: what moving from ``before`` to ``after`` did, with the measured numbers.
 
-    Where a load ran more than once (on a GPU), the throughput names each side's range over its runs and
-    calls the change noise where the ranges overlap. A number that could not be measured (every request of a run
-    failed) reads "-", and
+    Where a load ran more than once (on a GPU), the throughput names each side's range over its runs, and
+    whether the ranges overlap decides whether the change is noise (see :func:`within_noise`); where a ratio
+    was judged by the fixed threshold instead, a last sentence says what that threshold is. A number that
+    could not be measured (every request of a run failed) reads "-", and
     failed requests are counted in words at the end, with their errors. A side that was not
     measured (None, not run, or cut short by its server dying) is not compared: its numbers
     read "-" and the sentence ends with what happened to it.
@@ -148,14 +200,20 @@ def describe_change(before: Any, after: Any) -> str:
                            if _comparable(m))
         return f"{before.lever} {before.setting} -> {after.setting}: not compared.{failures}{measured}{caution}"
     b, a, c = before.summary, after.summary, compare_measurements(before, after)
+    overlapping = spreads_overlap(before, after)
+    judged_by_threshold = any(r is not None and math.isfinite(r) and within_noise(r, NOISE, o) and o is None
+                              for r, o in ((c.throughput_ratio, overlapping), (c.e2e_p95_ratio, None),
+                                           (c.ttft_p50_ratio, None)))
+    note = describe_noise()
+    threshold = f" {note[0].upper()}{note[1:]}." if judged_by_threshold else ""
     return (f"{before.lever} {before.setting} -> {after.setting}: "
-            f"{describe_ratio(c.throughput_ratio, 'throughput', overlapping=spreads_overlap(before, after))} "
+            f"{describe_ratio(c.throughput_ratio, 'throughput', overlapping=overlapping)} "
             f"({arrow(b.output_tok_per_s, a.output_tok_per_s, '.0f')} output tok/s"
             f"{describe_spreads(before, after)}), "
             f"{describe_ratio(c.e2e_p95_ratio, 'p95 latency')} "
             f"({arrow(b.e2e_p95_s, a.e2e_p95_s, '.1f', missing_one=True)} s), "
             f"{describe_ratio(c.ttft_p50_ratio, 'median TTFT')} "
-            f"({arrow(b.ttft_p50_s, a.ttft_p50_s, '.2f', missing_one=True)} s).{caution}{failures}")
+            f"({arrow(b.ttft_p50_s, a.ttft_p50_s, '.2f', missing_one=True)} s).{threshold}{caution}{failures}")
 
 
 def _numbers(s: Any) -> str:

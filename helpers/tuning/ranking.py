@@ -8,8 +8,12 @@ in the module's order (the one it lists first above the other) and says whether 
 
 - ``"right"``: the lever the module lists first is larger by more than the noise;
 - ``"wrong"``: it is smaller by more than the noise;
-- ``"too close"``: the two sizes are within the noise of each other (a factor of ``1 + noise``);
+- ``"too close"``: the two sizes are within the noise of each other (under a factor of ``1 + noise`` either way,
+  :func:`~helpers.tuning.comparison.within_noise`, the rule the checklist's verdicts use);
 - pairs with a lever not measured in this run are left out.
+
+:func:`compare_prediction` scores a learner's predicted order on the same pairs, and counts a pair that is too close
+to call as neither right nor wrong.
 
 What it leaves out: a factor holds for this load and these two settings only (a pool shrunk until it bites shows
 a large factor; the same lever between two ample pools shows none), and throughput only: prefix caching's gain in
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helpers import validate
-from helpers.tuning.comparison import NOISE, compare_measurements
+from helpers.tuning.comparison import NOISE, compare_measurements, spreads_overlap, within_noise
 
 # The module text's "Key levers, roughly in order of impact", first to last, in the names the exercises use.
 MODULE_ORDER = ("kv pool", "max_num_seqs", "quantization", "prefix caching")
@@ -49,6 +53,7 @@ class LeverImpact:
     lever: str  # one of MODULE_ORDER
     factor: float | None
     settings: str  # the two settings compared, in words, e.g. "0.025 GiB -> 2 GiB pool"
+    overlapping: bool | None = None  # whether the two sides' repeated runs' ranges overlap; None: a side ran once
 
     @property
     def size(self) -> float | None:
@@ -68,7 +73,8 @@ def impact_of(lever: str, before: Any, after: Any) -> LeverImpact:
     if lever not in MODULE_ORDER:
         raise ValueError(f"lever must be one of {', '.join(MODULE_ORDER)}, got {lever!r}.")
     change = compare_measurements(before, after)
-    return LeverImpact(lever, change.throughput_ratio, f"{change.before} -> {change.after}")
+    return LeverImpact(lever, change.throughput_ratio, f"{change.before} -> {change.after}",
+                       spreads_overlap(before, after))
 
 
 def rank(impacts: Sequence[LeverImpact]) -> list[LeverImpact]:
@@ -103,9 +109,13 @@ def judge_order(impacts: Sequence[LeverImpact], claimed: Sequence[str] = MODULE_
     for n, first in enumerate(measured):
         for second in measured[n + 1:]:
             ratio = sizes[first] / sizes[second]
-            verdict = "right" if ratio >= 1 + noise else "wrong" if ratio <= 1 / (1 + noise) else "too close"
-            verdicts.append(PairVerdict(first, second, ratio, verdict))
+            verdicts.append(PairVerdict(first, second, ratio, _verdict(ratio, noise)))
     return verdicts
+
+
+def _verdict(ratio: float, noise: float) -> str:
+    """A pair's verdict from the ratio of its sizes (the first listed over the second)."""
+    return "too close" if within_noise(ratio, noise) else "right" if ratio > 1 else "wrong"
 
 
 def score(verdicts: Sequence[PairVerdict]) -> str:
@@ -117,6 +127,7 @@ def score(verdicts: Sequence[PairVerdict]) -> str:
 
 def ranking_table(impacts: Sequence[LeverImpact], noise: float = NOISE) -> str:
     """A Markdown table: the measured levers by size, with the module's place for each, then the unmeasured ones.
+    A size is marked "(within the noise)" by the rule the checklist's verdict uses (:func:`within_noise`).
 
     >>> print(ranking_table([LeverImpact("max_num_seqs", 1.1, "8 -> 64"), LeverImpact("quantization", None, "-")]))
     | measured rank | lever | settings compared | output tok/s factor | size | module's place |
@@ -128,7 +139,7 @@ def ranking_table(impacts: Sequence[LeverImpact], noise: float = NOISE) -> str:
              "|---|---|---|---|---|---|"]
     ranked = rank(impacts)
     for n, i in enumerate(ranked, 1):
-        quiet = " (within the noise)" if i.size < 1 + noise else ""
+        quiet = " (within the noise)" if within_noise(i.factor, noise, i.overlapping) else ""
         lines.append(f"| {n} | {i.lever} | {i.settings} | {i.factor:.2f}x | {i.size:.2f}x{quiet} | "
                      f"{_place(i.lever)} |")
     for i in impacts:
@@ -141,17 +152,26 @@ def _place(lever: str) -> str:
     return str(MODULE_ORDER.index(lever) + 1) if lever in MODULE_ORDER else "-"
 
 
-def compare_prediction(prediction: Any, impacts: Sequence[LeverImpact]) -> str:
+def compare_prediction(prediction: Any, impacts: Sequence[LeverImpact], noise: float = NOISE) -> str:
     """The learner's predicted order (a list of lever names, largest first) against the measured one, in words.
+    Measured levers whose sizes are within the noise of each other (:func:`judge_order`'s "too close") read
+    "≈" and their pairs are not scored.
 
     >>> impacts = [LeverImpact("kv pool", 2.0, ""), LeverImpact("prefix caching", 4.5, "")]
     >>> print(compare_prediction(["kv pool", "prefix caching"], impacts))
-    You predicted kv pool > prefix caching; measured prefix caching > kv pool: 0 of 1 pairs in the measured order.
+    You predicted kv pool > prefix caching; measured prefix caching 4.50x > kv pool 2.00x: 0 of 1 pairs in the measured order.
+    >>> print(compare_prediction(["kv pool", "max_num_seqs"], [LeverImpact("kv pool", 1.05, ""),
+    ...                                                        LeverImpact("max_num_seqs", 1.06, "")]))
+    You predicted kv pool > max_num_seqs; measured max_num_seqs 1.06x ≈ kv pool 1.05x: no pair apart by more than the noise to score (1 too close to call: max_num_seqs and kv pool).
     >>> print(compare_prediction(None, impacts))
-    No prediction recorded (order_prediction is None): measured prefix caching > kv pool.
+    No prediction recorded (order_prediction is None): measured prefix caching 4.50x > kv pool 2.00x.
     """
-    measured = [i.lever for i in rank(impacts)]
-    shown = " > ".join(measured)
+    noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
+    ranked = rank(impacts)
+    sizes = {i.lever: i.size for i in ranked}
+    measured = [i.lever for i in ranked]
+    shown = " ".join(f"{'' if n == 0 else '≈ ' if within_noise(sizes[measured[n - 1]] / sizes[lever], noise) else '> '}"
+                     f"{lever} {sizes[lever]:.2f}x" for n, lever in enumerate(measured))
     if prediction is None:
         return f"No prediction recorded (order_prediction is None): measured {shown}."
     if isinstance(prediction, str) or not all(isinstance(p, str) for p in prediction):
@@ -159,8 +179,13 @@ def compare_prediction(prediction: Any, impacts: Sequence[LeverImpact]) -> str:
     named = [p.strip().lower() for p in prediction]
     kept = [p for p in named if p in measured]
     pairs = [(a, b) for n, a in enumerate(measured) for b in measured[n + 1:] if a in kept and b in kept]
-    agree = sum(kept.index(a) < kept.index(b) for a, b in pairs)
+    close = [(a, b) for a, b in pairs if _verdict(sizes[a] / sizes[b], noise) == "too close"]
+    scored = [pair for pair in pairs if pair not in close]
+    agree = sum(kept.index(a) < kept.index(b) for a, b in scored)
     missing = [m for m in measured if m not in kept]
     left_out = f" (not in your list: {', '.join(missing)})" if missing else ""
-    return (f"You predicted {' > '.join(named)}; measured {shown}: {agree} of {len(pairs)} pairs in the measured "
-            f"order{left_out}.")
+    verdict = (f"{agree} of {len(scored)} pairs in the measured order" if scored or not close else
+               "no pair apart by more than the noise to score")
+    if close:
+        verdict += f" ({len(close)} too close to call: {'; '.join(f'{a} and {b}' for a, b in close)})"
+    return f"You predicted {' > '.join(named)}; measured {shown}: {verdict}{left_out}."
