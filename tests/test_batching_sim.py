@@ -78,10 +78,21 @@ def test_static_batch_finishes_only_when_its_longest_member_does():
 
 
 def test_request_records_add_up():
-    r = simulate_continuous(mixed_length_trace(12, rate_per_s=2.0), 4)
+    # Each record's times recomputed from the steps it was in: admitted at the start of its first step, first
+    # token at the end of its last prefill step, finished at the end of its last step; arrivals from the trace.
+    trace = mixed_length_trace(12, rate_per_s=2.0)
+    r = simulate_continuous(trace, 4)
+    arrival = {x.request_id: x.arrival_s for x in trace}
     for x in r.requests:
-        assert x.queue_wait_s == pytest.approx(x.admitted_s - x.arrival_s) and x.queue_wait_s >= 0
-        assert 0 < x.ttft_s <= x.e2e_s == pytest.approx(x.finish_s - x.arrival_s)
+        steps = [s for s in r.steps if x.request_id in s.slots]
+        admitted, finish = steps[0].start_s, steps[-1].end_s
+        first_token = max(s.end_s for s in r.steps if x.request_id in s.prefill_ids)
+        assert x.num_preemptions == 0 and [s.index for s in steps] == list(range(steps[0].index, steps[-1].index + 1))
+        assert (x.arrival_s, x.admitted_s, x.finish_s) == pytest.approx((arrival[x.request_id], admitted, finish))
+        assert (x.queue_wait_s, x.ttft_s, x.e2e_s) == pytest.approx(
+            (admitted - arrival[x.request_id], first_token - arrival[x.request_id], finish - arrival[x.request_id]))
+        assert 0 <= x.queue_wait_s < x.ttft_s <= x.e2e_s
+    assert max(x.queue_wait_s for x in r.requests) > 0  # some waited for a slot: the wait is not 0 by construction
 
 
 def test_steps_follow_each_other_without_overlap():

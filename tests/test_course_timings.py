@@ -7,6 +7,7 @@ run, fails this test until ``python scripts/notebook_header.py`` has written the
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -124,18 +125,49 @@ def test_the_readme_and_the_instructor_guide_quote_each_recorded_cpu_run():
     order = [path.name for path in course_notebooks()]
     words = {"avx512-bf16": "AVX-512 BF16", "amx-bf16": "AVX-512 and AMX", "avx2-emulated": "AVX2 only",
              "avx512": "AVX-512 without BF16"}
+    readme_rows = _readme_timing_rows(readme)
+    readme_words = {"avx512-bf16": "AVX-512 with BF16", "amx-bf16": "AVX-512 and AMX", "avx2-emulated": "AVX2 only",
+                    "avx512": "AVX-512 without BF16"}  # how each class's row of README.md's table opens
+    assert len(readme_rows) == len(course_timings.cpu_runs()), "README.md's table: one row per recorded CPU class"
     for run in course_timings.cpu_runs():
         seconds = [round(run["notebooks"][name]) for name in order]
         kind = course_timings.cpu_class(run["cpu"])
-        assert ", ".join(map(str, seconds)) in readme, f"README.md's timing table lacks {kind}'s run: {seconds}"
+        (row,) = [row for row in readme_rows if row["class"].startswith(readme_words[kind])]
+        assert row["notebooks"] == seconds, f"README.md's row for {kind} says {row['notebooks']}, the run {seconds}"
+        # `make course`'s own wall time: the notebooks' sum and make's few seconds (the guide's total names it too)
+        total = round(sum(run["notebooks"].values()))
+        assert total <= row["make course"] <= total + 30, f"README.md's total for {kind}: {row['make course']} s"
         column = next(index for index, name in enumerate(columns) if words[kind] in name)
         stated = [row[column] for row in guide_rows[:len(order)]]
         assert [cell.split(" s", 1)[0] for cell in stated] == [str(s) for s in seconds], (
             f"docs/instructor.md's column for {kind} says {stated}, the recorded run {seconds}")
         assert guide_rows[len(order)][column].startswith(f"**{round(sum(run['notebooks'].values())):,} s**")
+        assert _minutes_and_seconds(guide_rows[len(order)][column]) == row["make course"]  # the same wall time
     gpu = json.loads((course_timings.GPU_EXECUTED / "timings.json").read_text())
     on_gpu = [gpu.get(name, gpu.get(f"{name} (smollm2)")) for name in order]
     column = next(index for index, name in enumerate(columns) if "GPU" in name)
     stated = [row[column].split(" s", 1)[0] for row in guide_rows[:len(order)]]
     assert stated == [str(round(s)) for s in on_gpu], f"the guide's GPU column says {stated}, timings.json {on_gpu}"
     assert guide_rows[len(order)][column].startswith(f"{round(sum(on_gpu)):,} s")
+
+
+def _minutes_and_seconds(text: str) -> int:
+    """The first "13 min 20 s" of ``text``, in seconds."""
+    minutes, seconds = re.search(r"(\d+) min (\d+) s", text).groups()
+    return int(minutes) * 60 + int(seconds)
+
+
+def _readme_timing_rows(readme: str) -> list[dict]:
+    """README.md's table of CPU runs, row by row: the class, `make course`'s time in seconds, the notebooks' seconds
+    in the header's order (checked to be the course's)."""
+    lines = readme.split("| CPU class", 1)[1].split("\n\n", 1)[0].splitlines()
+    header = [cell.strip() for cell in ("| CPU class" + lines[0]).strip("|").split("|")]
+    assert header[1].startswith("`make course`") and header[2] == (
+        "its notebooks, s: 01, 02, 03, 04, lab 1, 05, lab 2, 06"), header
+    assert [path.name[:2] for path in course_notebooks()] == ["01", "02", "03", "04", "01", "05", "02", "06"]
+    rows = []
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows.append({"class": cells[0], "make course": _minutes_and_seconds(cells[1]),
+                     "notebooks": [int(n) for n in cells[2].split(", ")]})
+    return rows

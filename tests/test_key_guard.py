@@ -30,11 +30,12 @@ def _call(url: str, method: str, key: str | None) -> tuple[int, bytes]:
 
 
 @pytest.fixture(scope="module")
-def keyed_server():
+def keyed_server():  # a real server: each test that takes it is marked server
     with start_server(max_num_seqs=2, api_key=KEY, quiet=True, **QUICK_START) as server:
         yield server
 
 
+@pytest.mark.server
 def test_every_route_but_the_read_only_ones_needs_the_key(keyed_server):
     routes = json.loads(keyed_server.get("/openapi.json"))["paths"]  # the helper's GET sends the key
     assert "/invocations" in routes and "/v1/chat/completions" in routes  # the routes of the report
@@ -56,6 +57,7 @@ def test_every_route_but_the_read_only_ones_needs_the_key(keyed_server):
     assert open_ones == {"GET /health", "GET /ping", "GET /version", "GET /metrics"}  # what docs/instructor.md lists
 
 
+@pytest.mark.server
 def test_a_wrong_key_and_a_post_to_an_open_route_are_refused(keyed_server):
     assert _call(keyed_server.url + "/invocations", "POST", key="not-the-key")[0] == 401
     assert _call(keyed_server.url + "/health", "POST", key=None)[0] == 401
@@ -63,6 +65,7 @@ def test_a_wrong_key_and_a_post_to_an_open_route_are_refused(keyed_server):
     assert status == 401 and KEY.encode() not in body and b"Authorization: Bearer" in body
 
 
+@pytest.mark.server
 def test_the_key_never_reaches_argv_and_the_log_never_shows_it(keyed_server):
     assert KEY not in " ".join(keyed_server.launch.argv) and KEY not in repr(keyed_server.launch)
     assert "helpers.serve.key_guard.RequireKeyEverywhere" in keyed_server.launch.argv

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from helpers.errors import InvalidArgumentError
 from helpers.lab.naive import compare_naive, naive_run
 from helpers.load.client import RequestSpec
 from helpers.load.workload import Workload
@@ -19,14 +18,6 @@ pytestmark = [pytest.mark.server, pytest.mark.usefixtures("no_server_left_behind
 def text_workload(n: int, tokens: int) -> Workload:
     return Workload(tuple(RequestSpec(i, f"Question {i}: what is a page table?", 9, tokens) for i in range(n)),
                     (9,), tokens, 0, "t")
-
-
-def test_bad_input_is_refused_before_the_model_loads():
-    with pytest.raises(InvalidArgumentError, match="dtype must be one of"):
-        naive_run("/nonexistent", text_workload(1, 4), dtype="int8")
-    tokens = Workload((RequestSpec(0, (1, 2, 3), 3, 4),), (3,), 4, 0, "t")
-    with pytest.raises(InvalidArgumentError, match="text prompts"):
-        naive_run("/nonexistent", tokens)
 
 
 def test_the_loop_and_vllm_serve_the_same_requests_and_the_comparison_says_how_they_differ():

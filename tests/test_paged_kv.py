@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from helpers.paged.cache import PagedKVCache, hash_block_tokens
@@ -249,22 +249,38 @@ def _check_paged(cache: PagedKVCache, model: dict[str, list[int]]) -> None:
         assert cache.num_tokens(rid) == len(tokens) and len(table) == -(-len(tokens) // bs)
         for i, block_id in enumerate(table):
             holders.setdefault(block_id, []).append((rid, i))
+    statuses = {}
     for cell in cache.pool_state():
         found = holders.get(cell.block_id, [])
-        assert len(cell.owners) == len(found)  # reference count == number of block tables holding it
+        statuses[cell.block_id] = cell.status
+        # reference count (the allocator's own counter, not the block tables it is kept from) == tables holding it
+        assert cache._blocks[cell.block_id].ref_count == len(found) == len(cell.owners)
         assert (cell.status is BlockStatus.USED) == bool(found)
         if len(found) > 1:  # shared: a full block, same tokens at the same position in every holder
             contents = {tuple(model[rid][i * bs : (i + 1) * bs]) for rid, i in found}
             assert len(contents) == 1 and len(next(iter(contents))) == bs
             assert len({i for _, i in found}) == 1
+    # Tokens a physical block holds, from the model's own lengths: block i of a request of n tokens holds
+    # min(bs, n - i*bs); a shared block counts once (every holder agrees, checked above).
+    tokens_in = {block_id: min(bs, len(model[rid]) - i * bs) for block_id, ((rid, i), *_) in holders.items()}
+    free = sum(status is BlockStatus.FREE for status in statuses.values())
+    cached = sum(status is BlockStatus.CACHED for status in statuses.values())
+    assert (cache.num_used_blocks, cache.num_free_blocks, cache.num_cached_blocks) == (len(holders), free, cached)
+    assert len(statuses) == cache.num_blocks and (cache.enable_prefix_caching or cached == 0)
     u = cache.usage()
-    assert u.reserved_slots <= u.capacity_slots
-    assert cache.num_used_blocks + cache.num_free_blocks + cache.num_cached_blocks == cache.num_blocks
-    assert u.reserved_slots == u.token_slots + u.internal_waste_slots
+    assert (u.reserved_slots, u.token_slots, u.internal_waste_slots) == (
+        len(holders) * bs, sum(tokens_in.values()), len(holders) * bs - sum(tokens_in.values()))
+    assert (u.free_slots, u.cached_slots, u.cached_blocks) == (free * bs, cached * bs, cached)
+    assert (u.logical_tokens, u.num_requests) == (sum(map(len, model.values())), len(model))
+    assert u.shared_blocks == sum(len(found) > 1 for found in holders.values())
+    assert u.capacity_slots == cache.num_blocks * bs and u.reserved_unused_slots == u.external_fragmentation_slots == 0
 
 
 @settings(max_examples=150, deadline=None)
 @given(ops=_ops, num_blocks=st.integers(1, 10), prefix_caching=st.booleans())
+# Always tried: a shared full block, then a block left cached once its last holder is gone.
+@example(ops=[("allocate", 0, [0, 0, 0, 0, 1]), ("allocate", 1, [0, 0, 0, 0]), ("free", 0, []), ("free", 1, [])],
+         num_blocks=4, prefix_caching=True)
 def test_random_operations_keep_every_block_in_exactly_one_place(ops, num_blocks, prefix_caching):
     cache = PagedKVCache(num_blocks=num_blocks, block_size=4, enable_prefix_caching=prefix_caching)
     model = _replay(cache, ops)
@@ -278,24 +294,43 @@ def test_random_operations_keep_every_block_in_exactly_one_place(ops, num_blocks
 
 @settings(max_examples=150, deadline=None)
 @given(ops=_ops, capacity=st.integers(4, 40))
+# Always tried: a 2-slot hole left where a short request ended (too short for a max_model_len request), appends
+# up to a full reservation.
+@example(ops=[("allocate", 1, [0]), ("allocate", 0, [0]), ("append", 1, []), ("free", 1, []), ("append", 0, []),
+              ("append", 0, []), ("append", 0, []), ("append", 0, [])], capacity=8)
 def test_random_operations_never_overlap_contiguous_reservations(ops, capacity):
     cache = ContiguousKVCache(capacity_slots=capacity, max_model_len=4)
-    live: set[str] = set()
+    live: dict[str, list[int]] = {}  # the model: request id -> [slots it reserved, tokens it holds]
     for op, i, tokens in ops:
         rid, prompt, cap = f"r{i}", tokens[:3] or [0], i % 3 or None
         if op == "allocate" and rid not in live and cache.can_allocate(prompt, max_tokens=cap):
             cache.allocate(rid, prompt, max_tokens=cap)
-            live.add(rid)
+            live[rid] = [4 if cap is None else min(4, len(prompt) + cap), len(prompt)]  # up to max_model_len
         elif op == "append" and rid in live and cache.can_append(rid):
+            assert live[rid][1] < live[rid][0]  # room left in its reservation
             cache.append(rid, 0)
+            live[rid][1] += 1
         elif op == "free" and rid in live:
             cache.free(rid)
-            live.remove(rid)
+            del live[rid]
         slots = [s for rid in live for s in cache.block_table(rid)]
         assert len(slots) == len(set(slots)) and all(0 <= s < capacity for s in slots)
+        assert [(len(cache.block_table(rid)), cache.num_tokens(rid)) for rid in live] == [tuple(v) for v in live.values()]
+        assert all(not cache.can_append(rid) for rid, (reserved, held) in live.items() if held == reserved)
+        # Holes, from the slots the model's requests hold: runs of free slots in address order.
+        taken, holes, run = set(slots), [], 0
+        for slot in range(capacity + 1):
+            if slot < capacity and slot not in taken:
+                run += 1
+            elif run:
+                holes.append(run)
+                run = 0
+        reserved, held = sum(v[0] for v in live.values()), sum(v[1] for v in live.values())
         u = cache.usage()
-        assert u.reserved_slots + u.free_slots == capacity
-        assert u.reserved_slots == u.token_slots + u.reserved_unused_slots
+        assert (u.reserved_slots, u.token_slots, u.reserved_unused_slots, u.free_slots) == (
+            reserved, held, reserved - held, capacity - reserved)
+        assert u.external_fragmentation_slots == sum(n for n in holes if n < 4) and sum(holes) == capacity - reserved
+        assert (u.logical_tokens, u.num_requests, u.internal_waste_slots) == (held, len(live), 0)
     for rid in live:
         cache.free(rid)
     assert cache.num_free_blocks == capacity and cache.free_runs() == [(0, capacity)]

@@ -146,16 +146,90 @@ def test_summary_splits_reserved_slots_into_tokens_and_the_two_kinds_of_waste():
     naive, paged = (summarize_kv_run(frames) for frames in compare_allocators(trace, num_blocks=4, block_size=4, max_model_len=8))
     assert paged.mean_internal_waste == pytest.approx(3 / 12) and paged.mean_reserved_unused == 0.0
     assert naive.mean_reserved_unused == pytest.approx(7 / 16) and naive.mean_internal_waste == 0.0
-    for s in (naive, paged):
-        assert s.mean_utilization + s.mean_internal_waste + s.mean_reserved_unused == pytest.approx(1.0)
+    # A larger run with shared blocks: the split recomputed from what each frame shows (block tables and token
+    # counts), not from the allocator's own usage() report.
+    naive_frames, paged_frames = compare_allocators(shared_prefix_trace(seed=0, system_prompt_len=64),
+                                                    enable_prefix_caching=True)
+    for frames, expected in ((naive_frames, _contiguous_split(naive_frames)), (paged_frames, _paged_split(paged_frames))):
+        reserved, tokens, internal, unused = (sum(step) for step in zip(*expected))
+        summary = summarize_kv_run(frames)
+        assert (summary.mean_utilization, summary.mean_internal_waste, summary.mean_reserved_unused) == (
+            pytest.approx(tokens / reserved), pytest.approx(internal / reserved), pytest.approx(unused / reserved))
+        assert tokens + internal + unused == reserved
+    assert summarize_kv_run(paged_frames).sharing_saving > 0  # shared blocks were there to count once
+
+
+def _paged_split(frames) -> list[tuple[int, int, int, int]]:
+    """Per frame: (reserved, token, internal-waste, reserved-unused) slots of a paged run. Block i of a request
+    holding n tokens holds min(block_size, n - i*block_size) of them; a block in several tables counts once."""
+    split = []
+    for frame in frames:
+        bs, held = frame.block_size, {}
+        for rid, table in frame.block_tables.items():
+            for i, block_id in enumerate(table):
+                held[block_id] = min(bs, frame.num_tokens[rid] - i * bs)
+        split.append((len(held) * bs, sum(held.values()), len(held) * bs - sum(held.values()), 0))
+    return split
+
+
+def _contiguous_split(frames) -> list[tuple[int, int, int, int]]:
+    """The same for a contiguous run: a request's table is the run of slots it reserved up front."""
+    split = []
+    for frame in frames:
+        reserved = sum(len(table) for table in frame.block_tables.values())
+        tokens = sum(frame.num_tokens.values())
+        split.append((reserved, tokens, 0, reserved - tokens))
+    return split
 
 
 def test_only_per_request_reservations_leave_external_fragments():
     naive_max, _ = compare_allocators(random_trace(seed=0))
     naive_capped, paged = compare_allocators(random_trace(seed=0, max_tokens=(32, 64, 128, 256)))
+    for frames in (naive_max, naive_capped):  # fragments recomputed from the slots each frame's requests hold
+        assert [f.usage.external_fragmentation_slots for f in frames] == [_short_holes(f) for f in frames]
     assert summarize_kv_run(naive_max).mean_external_fragmentation == 0.0  # equal runs always fit each other's holes
     assert summarize_kv_run(naive_capped).mean_external_fragmentation > 0.0
     assert summarize_kv_run(paged).mean_external_fragmentation == 0.0
+    # What that 0 stands for: the paged pool's free blocks lie scattered between held ones, yet a request needing
+    # every one of them gets them. The contiguous pool with the same holes refuses it.
+    assert any(_free_runs(f) > 1 for f in paged)
+    cache = PagedKVCache(num_blocks=6, block_size=4)
+    for rid in "abcdef":
+        cache.allocate(rid, [1, 2, 3, 4])
+    for rid in "bdf":
+        cache.free(rid)
+    assert cache.can_allocate(list(range(12)))
+    cache.allocate("big", list(range(12)))
+    assert sorted(cache.block_table("big")) == [1, 3, 5] and cache.usage().external_fragmentation_slots == 0
+    naive = ContiguousKVCache(capacity_slots=24, max_model_len=12)
+    for rid in "abcdef":
+        naive.allocate(rid, [1, 2, 3, 4], max_tokens=0)
+    for rid in "bdf":
+        naive.free(rid)
+    assert not naive.can_allocate(list(range(12))) and naive.usage().external_fragmentation_slots == 12
+
+
+def _holes(frame, num_slots: int) -> list[int]:
+    """Lengths of the runs of slots (blocks, for a paged pool) that no request of the frame holds, in address order."""
+    held = {slot for table in frame.block_tables.values() for slot in table}
+    holes, run = [], 0
+    for slot in range(num_slots + 1):
+        if slot < num_slots and slot not in held:
+            run += 1
+        elif run:
+            holes.append(run)
+            run = 0
+    return holes
+
+
+def _short_holes(frame) -> int:
+    """A contiguous frame's free slots in holes too short for a max_model_len request."""
+    return sum(n for n in _holes(frame, frame.usage.capacity_slots) if n < frame.max_model_len)
+
+
+def _free_runs(frame) -> int:
+    """How many separate runs the free blocks of a paged frame (no prefix caching) form."""
+    return len(_holes(frame, len(frame.pool)))
 
 
 def test_summary_gives_tokens_and_waste_per_live_request():

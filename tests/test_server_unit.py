@@ -20,6 +20,7 @@ def _names(server) -> dict[int, str]:
     return {proc.pid: group.name_of(proc) for proc in group.members(server.process.pid)}
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("victim", ["api_server", "VLLM::EngineCore", "resource_tracker"])
 def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_died(victim):
     server = start_server(max_num_seqs=4, quiet=True, **QUICK_START)
@@ -52,6 +53,7 @@ def test_killing_any_one_process_ends_the_whole_server_within_5_s_and_says_what_
         server.stop()
 
 
+@pytest.mark.server
 def test_stop_returns_once_every_process_is_gone_and_says_how_long_it_took():
     server = start_server(max_num_seqs=4, quiet=True, **QUICK_START)
     names = _names(server)
@@ -72,7 +74,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_launch_that_cannot_start_leaves_no_temporary_folder(monkeypatch):
+def test_a_launch_that_cannot_start_leaves_no_temporary_folder(monkeypatch):  # starts nothing: Popen fails
     import subprocess
     import types
 
