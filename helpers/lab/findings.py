@@ -83,6 +83,9 @@ def _verdict(low: ResultRow, high: ResultRow, speedup: float, linear: float) -> 
     ceiling = min(b, n) / min(a, n) if n else linear  # n requests: at most n run at once
     noise = ranges_overlap(low.summary, high.summary)
     overlap = " The runs' throughput ranges overlap, though: this gain is within run-to-run noise." if noise else ""
+    if n and n <= a:  # every request had a slot at the smaller setting already: more slots cannot batch more
+        return (f"not from batching: all {n} requests fit in {a} slots, so {b} could run no more of them at once "
+                "(the most more slots can give here is 1x).")
     if speedup >= NEAR_LINEAR * linear:
         return f"near-linear scaling ({linear:g}x would be linear).{overlap}"
     if 1.15 < ceiling < linear and speedup >= 0.85 * ceiling:
