@@ -318,13 +318,7 @@ def test_random_operations_never_overlap_contiguous_reservations(ops, capacity):
         assert [(len(cache.block_table(rid)), cache.num_tokens(rid)) for rid in live] == [tuple(v) for v in live.values()]
         assert all(not cache.can_append(rid) for rid, (reserved, held) in live.items() if held == reserved)
         # Holes, from the slots the model's requests hold: runs of free slots in address order.
-        taken, holes, run = set(slots), [], 0
-        for slot in range(capacity + 1):
-            if slot < capacity and slot not in taken:
-                run += 1
-            elif run:
-                holes.append(run)
-                run = 0
+        holes = free_runs(set(slots), capacity)
         reserved, held = sum(v[0] for v in live.values()), sum(v[1] for v in live.values())
         u = cache.usage()
         assert (u.reserved_slots, u.token_slots, u.reserved_unused_slots, u.free_slots) == (
@@ -335,3 +329,15 @@ def test_random_operations_never_overlap_contiguous_reservations(ops, capacity):
         cache.free(rid)
     assert cache.num_free_blocks == capacity and cache.free_runs() == [(0, capacity)]
 
+
+def free_runs(held: set[int], num_slots: int) -> list[int]:
+    """Lengths of the runs of slots (blocks, for a paged pool) in ``range(num_slots)`` not in ``held``, in address
+    order: the tests' own count of holes, independent of the caches' (also used by tests/test_paged_kv_sim.py)."""
+    holes, run = [], 0
+    for slot in range(num_slots + 1):
+        if slot < num_slots and slot not in held:
+            run += 1
+        elif run:
+            holes.append(run)
+            run = 0
+    return holes

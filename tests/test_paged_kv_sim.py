@@ -11,6 +11,7 @@ from helpers.paged.contiguous import ContiguousKVCache
 from helpers.paged.sim import compare_allocators, simulate_allocator
 from helpers.paged.sim_summary import summarize_kv_run
 from helpers.paged.trace import KVRequest, make_kv_trace, random_trace, shared_prefix_trace
+from tests.test_paged_kv import free_runs
 
 
 # -- traces --------------------------------------------------------------------------------
@@ -211,15 +212,7 @@ def test_only_per_request_reservations_leave_external_fragments():
 
 def _holes(frame, num_slots: int) -> list[int]:
     """Lengths of the runs of slots (blocks, for a paged pool) that no request of the frame holds, in address order."""
-    held = {slot for table in frame.block_tables.values() for slot in table}
-    holes, run = [], 0
-    for slot in range(num_slots + 1):
-        if slot < num_slots and slot not in held:
-            run += 1
-        elif run:
-            holes.append(run)
-            run = 0
-    return holes
+    return free_runs({slot for table in frame.block_tables.values() for slot in table}, num_slots)
 
 
 def _short_holes(frame) -> int:
