@@ -24,13 +24,17 @@ def badge_markdown(notebook_path: str) -> str:
     return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
 
 
-SETUP_CELL = f'''# Colab only: clone the course, install vLLM's GPU build and the helpers (about 3-5 minutes).
+SETUP_CELL = f'''# Colab only: clone the course, install vLLM's GPU build and the helpers (not yet timed on Colab).
 # Elsewhere this cell does nothing: `make setup` has prepared the environment already.
 import sys
 
 if "google.colab" in sys.modules:
     import os, subprocess
-    if subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode != 0:
+    try:
+        has_gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    except OSError:  # a CPU runtime has no nvidia-smi at all: it gets the advice below, not a FileNotFoundError
+        has_gpu = False
+    if not has_gpu:
         raise RuntimeError("This Colab runtime has no GPU. Choose Runtime > Change runtime type > T4 GPU "
                            "(or better), then run this cell again.")
     if not os.path.isdir("{COLAB_CHECKOUT}"):

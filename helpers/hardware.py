@@ -12,9 +12,12 @@ matmul and falls back to a slow path: on a 2-core AVX2 EPYC the lab's workload r
 ``VLLM_COURSE_CPU_ISA=avx2`` makes a machine with AVX-512 behave as an AVX2-only one, for the
 course's own benchmarks and tests: the CPU is reported without its AVX-512 and AMX flags, and
 the server is launched with every library limited to AVX2 (``helpers.serve.engine_env.avx2_emulation_env``).
-``VLLM_COURSE_GPU_AS=t4`` does the same for a GPU: every GPU is reported with a T4's compute
-capability (7.5), so the server helper takes the T4's code path (float16, Triton attention) on a
-bigger GPU; the software path is the T4's, the speed is the GPU's own.
+``VLLM_COURSE_GPU_AS=t4`` does the same for a GPU, for the course's own choices only: every GPU is
+reported with a T4's compute capability (7.5), so the server helper passes the T4's flags (float16,
+Triton attention) and the notebooks take their T4 branches (no FP8 KV cache, :func:`fp8_kv_refusal`).
+vLLM itself still sees the real GPU and picks its kernels and defaults from it: on a real T4 (15 GiB)
+vLLM 0.32 defaults to a step token budget of 2,048 and 256 sequences where an H100 or H200 gets 8,192
+and 1,024, and its FP8 paths differ; the speed and memory are the bigger GPU's own.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 Device = Literal["cpu", "cuda"]
 EMULATED_ISAS = ("avx2",)  # what VLLM_COURSE_CPU_ISA may ask for
 EMULATED_GPUS = {"t4": (7, 5)}  # what VLLM_COURSE_GPU_AS may ask for: its compute capability
+# vLLM's Triton attention backend (the one notebook 05 pins) keeps an FP8 KV cache only with native FP8 (fp8e4nv):
+# from 8.9 (Ada: L4, L40S; Hopper: H100, H200). Below it (a T4's 7.5, an A100's 8.0) the server stops at start-up.
+FP8_KV_MIN_CAPABILITY = (8, 9)
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,18 @@ class GPUInfo:
         """bf16 needs compute capability 8.0 (Ampere) or newer: a Colab T4 (7.5) has none."""
         return self.compute_capability >= (8, 0)
 
+    @property
+    def native_fp8(self) -> bool:
+        """FP8 (e4m3) in hardware, which vLLM's Triton attention needs for an FP8 KV cache: 8.9 or newer."""
+        return self.compute_capability >= FP8_KV_MIN_CAPABILITY
+
 
 def detect_gpus() -> list[GPUInfo]:
-    """The NVIDIA GPUs ``nvidia-smi`` can see; empty where there is no working driver."""
+    """The NVIDIA GPUs this process may use: ``nvidia-smi``'s, limited to ``CUDA_VISIBLE_DEVICES`` (which
+    nvidia-smi itself ignores; :func:`visible_gpus`); empty where there is no working driver."""
     if os.environ.get("VLLM_COURSE_FORCE_CPU") == "1" or shutil.which("nvidia-smi") is None:
         return []
-    query = "--query-gpu=name,memory.total,compute_cap"
+    query = "--query-gpu=index,uuid,name,memory.total,compute_cap"
     try:
         out = subprocess.run(
             ["nvidia-smi", query, "--format=csv,noheader,nounits"],
@@ -56,7 +68,7 @@ def detect_gpus() -> list[GPUInfo]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    gpus = [_parse_gpu_line(line) for line in out.splitlines() if line.strip()]
+    gpus = visible_gpus(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if (emulated := emulated_gpu()) is not None:
         note = f" (as a {emulated.upper()}: VLLM_COURSE_GPU_AS={emulated})"
         gpus = [GPUInfo(gpu.name + note, gpu.memory_mib, EMULATED_GPUS[emulated]) for gpu in gpus]
@@ -78,6 +90,31 @@ def _asked_to_emulate(variable: str, choices: tuple[str, ...]) -> str | None:
     return wanted
 
 
+def visible_gpus(nvidia_smi_csv: str, cuda_visible_devices: str | None) -> list[GPUInfo]:
+    """The rows of ``nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_cap`` that CUDA shows a process
+    with this ``CUDA_VISIBLE_DEVICES`` (None: unset, all of them), in its order. Entries are indices or
+    (prefixes of) ``GPU-`` UUIDs; like CUDA, the list ends at the first entry that names no GPU (so "" or "-1"
+    hide every GPU). MIG devices are not in nvidia-smi's list: with one named, every GPU is kept.
+
+    >>> rows = "0, GPU-aa11, NVIDIA H100, 81559, 9.0\\n1, GPU-bb22, Tesla T4, 15360, 7.5\\n"
+    >>> [gpu.name for gpu in visible_gpus(rows, "1")], [gpu.name for gpu in visible_gpus(rows, "GPU-bb,0")]
+    (['Tesla T4'], ['Tesla T4', 'NVIDIA H100'])
+    >>> visible_gpus(rows, "")
+    []
+    """
+    rows = [[part.strip() for part in line.split(",")] for line in nvidia_smi_csv.splitlines() if line.strip()]
+    if cuda_visible_devices is None or "MIG-" in cuda_visible_devices:
+        return [_parse_gpu_line(", ".join(row[-3:])) for row in rows]
+    chosen: list[list[str]] = []
+    for entry in (part.strip() for part in cuda_visible_devices.split(",")):
+        found = [row for row in rows
+                 if entry and (entry == row[0] or (entry.startswith("GPU-") and row[1].startswith(entry)))]
+        if not found or found[0] in chosen:
+            break
+        chosen.append(found[0])
+    return [_parse_gpu_line(", ".join(row[-3:])) for row in chosen]
+
+
 def _parse_gpu_line(line: str) -> GPUInfo:
     name, memory, capability = (part.strip() for part in line.split(","))
     major, minor = capability.split(".")
@@ -87,10 +124,6 @@ def _parse_gpu_line(line: str) -> GPUInfo:
 def detect_device() -> Device:
     """``"cuda"`` when an NVIDIA GPU is usable, else ``"cpu"``."""
     return "cuda" if detect_gpus() else "cpu"
-
-
-def on_colab() -> bool:
-    return "google.colab" in sys.modules
 
 
 @dataclass(frozen=True)
@@ -146,7 +179,7 @@ def detect_cpu(cpuinfo_text: str | None = None) -> CPUInfo:
     """This machine's CPU; on systems without ``/proc/cpuinfo`` the flags are empty."""
     if cpuinfo_text is None:
         try:
-            cpuinfo_text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+            cpuinfo_text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             cpuinfo_text = ""
     name = re.search(r"^model name\s*:\s*(.+)$", cpuinfo_text, re.MULTILINE)
@@ -161,6 +194,38 @@ def detect_cpu(cpuinfo_text: str | None = None) -> CPUInfo:
 def emulated_isa() -> str | None:
     """The instruction set ``VLLM_COURSE_CPU_ISA`` limits the CPU to, or None."""
     return _asked_to_emulate("VLLM_COURSE_CPU_ISA", EMULATED_ISAS)
+
+
+def cpu_supports_fp8_kv(cpu: CPUInfo | None = None) -> bool:
+    """Whether vLLM's CPU build can keep the KV cache in FP8 here: its CPU attention kernels
+    for FP8 need x86 with AVX-512 or AMX. Follows ``VLLM_COURSE_CPU_ISA=avx2`` too."""
+    flags = (detect_cpu() if cpu is None else cpu).flags
+    return "avx512f" in flags or "amx_tile" in flags
+
+
+def fp8_kv_refusal(gpus: list[GPUInfo] | None = None, cpu: CPUInfo | None = None) -> str | None:
+    """Why this machine cannot serve an FP8 KV cache (``--kv-cache-dtype fp8``) with the course's flags; None if it can.
+
+    With GPUs (``detect_gpus()`` unless given) every one needs :attr:`GPUInfo.native_fp8`, so
+    ``VLLM_COURSE_GPU_AS=t4`` says no; without, the CPU needs AVX-512 or AMX (:func:`cpu_supports_fp8_kv`).
+
+    >>> fp8_kv_refusal([GPUInfo("NVIDIA H100", 81559, (9, 0))]) is None
+    True
+    >>> print(fp8_kv_refusal([GPUInfo("NVIDIA A100", 81920, (8, 0))]))  # doctest: +ELLIPSIS
+    NVIDIA A100 has compute capability 8.0; vLLM's Triton attention backend keeps an FP8 KV cache only from 8.9...
+    """
+    gpus = detect_gpus() if gpus is None else gpus
+    if gpus:
+        lacking = [gpu for gpu in gpus if not gpu.native_fp8]
+        if not lacking:
+            return None
+        name, (major, minor) = lacking[0].name, lacking[0].compute_capability
+        return (f"{name} has compute capability {major}.{minor}; vLLM's Triton attention backend keeps an FP8 KV "
+                "cache only from 8.9 (L4, L40S, H100, H200), and refuses to start below it. Serve the KV cache in "
+                "the model's dtype here.")
+    if cpu_supports_fp8_kv(cpu):
+        return None
+    return "this CPU has neither AVX-512 nor AMX, which vLLM's CPU build needs for an FP8 KV cache."
 
 
 def describe_machine() -> str:

@@ -59,11 +59,15 @@ def copy_name(source: str, model: str) -> str:
 
 
 CHECK_MARKER = "# NBVAL_CHECK_OUTPUT\n"  # nbval's annotation, not code: a cell runs the same with or without it
+# The Colab setup cell (helpers/colab.py, written into every notebook by scripts/notebook_header.py) does nothing
+# off Colab, so a change to it leaves what a GPU copy ran unchanged; tests/test_notebook_shape.py checks it instead.
+COLAB_ONLY = "# Colab only:"
 
 
 def code_of(path: Path) -> list[str]:
     cells = json.loads(path.read_text())["cells"]
-    return ["".join(cell["source"]).removeprefix(CHECK_MARKER) for cell in cells if cell["cell_type"] == "code"]
+    code = ["".join(cell["source"]).removeprefix(CHECK_MARKER) for cell in cells if cell["cell_type"] == "code"]
+    return [text for text in code if not text.startswith(COLAB_ONLY)]
 
 
 def read_copy(path: Path) -> GpuCopy:

@@ -33,6 +33,8 @@ def fake_colab(monkeypatch, tmp_path):
         calls.append(list(cmd))
         if cmd[1:] == ["-m", "helpers.serve.gpu"]:  # the stack check, answered as the state says
             return subprocess.CompletedProcess(cmd, 1 if state.get("stack") else 0, state.get("stack", "ok"), "")
+        if cmd[0] == "nvidia-smi" and state["gpu"] == "no nvidia-smi":  # a Colab CPU runtime has no such binary
+            raise FileNotFoundError(2, "No such file or directory", "nvidia-smi")
         code = 0 if (cmd[0] != "nvidia-smi" or state["gpu"]) else 9
         return subprocess.CompletedProcess(cmd, code, b"", b"")
 
@@ -61,8 +63,9 @@ def test_on_colab_a_stack_that_cannot_use_the_gpu_stops_the_cell_with_what_to_do
     assert fake_colab.widgets == []  # stopped before anything else
 
 
-def test_on_a_colab_runtime_without_a_gpu_the_cell_says_how_to_get_one_before_installing(fake_colab):
-    fake_colab.state["gpu"] = False
+@pytest.mark.parametrize("gpu", [False, "no nvidia-smi"], ids=["nvidia-smi-fails", "cpu-runtime-without-nvidia-smi"])
+def test_on_a_colab_runtime_without_a_gpu_the_cell_says_how_to_get_one_before_installing(fake_colab, gpu):
+    fake_colab.state["gpu"] = gpu
     with pytest.raises(RuntimeError, match="Change runtime type"):
         exec(SETUP_CELL, {})
     assert fake_colab.calls == [["nvidia-smi", "-L"]]

@@ -93,3 +93,47 @@ def test_a_t4_gets_float16_and_ampere_or_newer_keeps_bf16():
     assert gpu_dtype([t4]) == "half"
     assert gpu_dtype([a100]) is None and gpu_dtype([]) is None
     assert gpu_dtype([a100, t4]) == "half"  # the weakest GPU decides
+
+
+def test_its_weights_are_13_8_gib_as_the_h200_log_says():
+    """tests/data/server_logs/ready_gpu_dummy_8b.log: "Model loading took 13.8 GiB" (SmolLM2's vocabulary, not Llama's)."""
+    from helpers.tuning.arithmetic import LLAMA_31_8B, count_parameters
+
+    from helpers.serve.dummy_model import weight_gib
+
+    shape = {**ARCHITECTURES["llama-3.1-8b"], "vocab_size": 49152}
+    assert count_parameters(shape) == 7_382_241_280
+    assert weight_gib(shape) == count_parameters(shape) * 2 / 2**30  # the serve room's count agrees with tuning's
+    assert round(weight_gib(shape), 1) == 13.8
+    assert round(weight_gib({**ARCHITECTURES["llama-3.1-8b"], "vocab_size": 128256}), 1) == 15.0  # the real model
+    assert count_parameters(LLAMA_31_8B) == 8_030_261_248
+
+
+@pytest.mark.parametrize(("gpu", "utilization", "refused"), [
+    (GPUInfo("Tesla T4", 15360, (7, 5)), None, True),
+    (GPUInfo("NVIDIA L4", 23034, (8, 9)), None, False),
+    (GPUInfo("NVIDIA H100", 81559, (9, 0)), 0.15, True),
+    (GPUInfo("NVIDIA H100", 81559, (9, 0)), None, False),
+], ids=["t4", "l4", "h100-at-0.15", "h100"])
+def test_a_gpu_share_too_small_for_its_weights_is_refused_before_launch(gpu, utilization, refused):
+    from helpers.serve.preflight import dummy_gpu_refusal
+
+    shape = {**ARCHITECTURES["llama-3.1-8b"], "vocab_size": 49152}
+    why = dummy_gpu_refusal("dummy-llama-3.1-8b", shape, [gpu], utilization)
+    assert (why is not None) is refused
+    if refused:
+        assert "13.8 GiB for its bf16 weights" in why and gpu.name in why and "gpu_memory_utilization" in why
+
+
+def test_the_refusal_comes_from_start_on_a_small_gpu(monkeypatch, tmp_path, embedded_dir):
+    from helpers.errors import NotEnoughMemoryError
+    from helpers.serve import preflight
+    from helpers.serve.model import resolve_model
+
+    shutil.copytree(embedded_dir, tmp_path / embedded_dir.name)  # a cache with the embedded model ready
+    choice = resolve_model("dummy:llama-3.1-8b", cache_dir=tmp_path)  # its folder's config.json: SmolLM2's vocabulary
+    monkeypatch.setattr(preflight, "detect_gpus", lambda: [GPUInfo("Tesla T4", 15360, (7, 5))])
+    with pytest.raises(NotEnoughMemoryError, match="13.8 GiB for its bf16 weights.*Tesla T4"):
+        preflight.check_model_device(choice, "cuda")
+    monkeypatch.setattr(preflight, "detect_gpus", lambda: [GPUInfo("NVIDIA L4", 23034, (8, 9))])
+    preflight.check_model_device(choice, "cuda")  # 0.92 x 22.5 GiB holds it

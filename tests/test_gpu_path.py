@@ -49,10 +49,14 @@ def test_bfloat16_asked_for_on_a_gpu_without_it_is_refused_naming_the_dtype_to_u
 def fake_nvidia_smi(tmp_path, monkeypatch):
     """An nvidia-smi on PATH that answers like an H200's (its CSV line as the real one prints it)."""
     tool = tmp_path / "nvidia-smi"
-    tool.write_text("#!/bin/sh\necho 'NVIDIA H200, 143771, 9.0'\n")
+    # the query detect_gpus asks: index, uuid, name, memory.total, compute_cap (nvidia-smi lists every GPU, whatever
+    # CUDA_VISIBLE_DEVICES says)
+    tool.write_text("#!/bin/sh\necho '0, GPU-5f3a9c1e-0000-4000-8000-000000000001, NVIDIA H200, 143771, 9.0'\n"
+                    "echo '1, GPU-7b2d4e6f-0000-4000-8000-000000000002, Tesla T4, 15360, 7.5'\n")
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("VLLM_COURSE_FORCE_CPU", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
 
 
 def test_vllm_course_gpu_as_t4_makes_a_big_gpu_take_the_t4_path(fake_nvidia_smi, monkeypatch):
@@ -63,6 +67,27 @@ def test_vllm_course_gpu_as_t4_makes_a_big_gpu_take_the_t4_path(fake_nvidia_smi,
     assert forced.name == "NVIDIA H200 (as a T4: VLLM_COURSE_GPU_AS=t4)"
     config, why = preflight.with_serving_dtype(ServerConfig(), "cuda")
     assert config.dtype == "half" and "TRITON_ATTN" in config.extra_args and "as a T4" in why
+
+
+def test_vllm_course_gpu_as_t4_takes_the_fp8_kv_cache_away_from_a_gpu_that_has_it(fake_nvidia_smi, monkeypatch):
+    from helpers.hardware import fp8_kv_refusal
+
+    assert fp8_kv_refusal() is None  # the H200 itself: compute capability 9.0
+    monkeypatch.setenv("VLLM_COURSE_GPU_AS", "t4")
+    assert "compute capability 7.5" in fp8_kv_refusal()
+
+
+@pytest.mark.parametrize(("visible", "names"), [
+    ("0", ["NVIDIA H200"]), ("1", ["Tesla T4"]), ("1,0", ["Tesla T4", "NVIDIA H200"]),
+    ("GPU-7b2d4e6f", ["Tesla T4"]), ("", []), ("-1", []), ("0,7,1", ["NVIDIA H200"]), (None, ["NVIDIA H200", "Tesla T4"]),
+], ids=["index-0", "index-1", "reordered", "uuid-prefix", "empty", "minus-one", "stops-at-unknown", "unset"])
+def test_only_the_gpus_cuda_visible_devices_names_are_detected(fake_nvidia_smi, monkeypatch, visible, names):
+    """nvidia-smi lists every GPU of the machine; CUDA, and so vLLM, only those CUDA_VISIBLE_DEVICES names."""
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert [gpu.name for gpu in detect_gpus()] == names
 
 
 def test_an_unknown_gpu_to_pass_for_is_refused(fake_nvidia_smi, monkeypatch):

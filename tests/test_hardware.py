@@ -4,7 +4,15 @@ import sys
 
 import pytest
 
-from helpers.hardware import GPUInfo, _parse_gpu_line, describe_machine, detect_cpu, detect_device, other_vllm_servers
+from helpers.hardware import (
+    GPUInfo,
+    _parse_gpu_line,
+    describe_machine,
+    detect_cpu,
+    detect_device,
+    fp8_kv_refusal,
+    other_vllm_servers,
+)
 from helpers.serve.engine_env import avx2_emulation_env
 
 
@@ -81,3 +89,27 @@ def test_other_vllm_servers_counts_processes_running_the_api_server_module():
     finally:
         fake.kill()
         fake.wait()
+
+
+@pytest.mark.parametrize(("capability", "served"), [((7, 5), False), ((8, 0), False), ((8, 9), True), ((9, 0), True)],
+                         ids=["t4", "a100", "l4", "h100"])
+def test_an_fp8_kv_cache_is_offered_only_from_compute_capability_8_9(capability, served):
+    """vLLM's Triton attention (pinned by notebook 05) refuses an FP8 KV cache below 8.9: notebook 05 skips it there."""
+    gpu = GPUInfo(f"GPU {capability}", 81920, capability)
+    assert gpu.native_fp8 is served
+    why = fp8_kv_refusal([gpu])
+    if served:
+        assert why is None
+    else:
+        assert f"compute capability {capability[0]}.{capability[1]}" in why and "8.9" in why
+
+
+def test_every_visible_gpu_must_serve_fp8_kv():
+    h100, a100 = GPUInfo("NVIDIA H100", 81559, (9, 0)), GPUInfo("NVIDIA A100", 81920, (8, 0))
+    assert "NVIDIA A100 has compute capability 8.0" in fp8_kv_refusal([h100, a100])
+
+
+def test_without_a_gpu_the_cpu_decides_the_fp8_kv_cache(monkeypatch):
+    monkeypatch.delenv("VLLM_COURSE_CPU_ISA", raising=False)
+    assert fp8_kv_refusal([], detect_cpu(ZEN4)) is None
+    assert "neither AVX-512 nor AMX" in fp8_kv_refusal([], detect_cpu(ZEN2))

@@ -76,7 +76,8 @@ def test_copies_go_in_under_their_names_with_their_seconds_and_gpu(tmp_path, exe
 def test_a_notebook_stays_awaiting_while_one_of_its_copies_ran_older_code(tmp_path, executed):
     stale = executed_copy(tmp_path / "older", "notebooks/04_continuous_batching.ipynb", model="dummy-llama-3.1-8b")
     notebook = nbformat.read(stale, as_version=4)
-    next(cell for cell in notebook.cells if cell.cell_type == "code").source += "\n# an older line"
+    next(cell for cell in notebook.cells if cell.cell_type == "code"
+         and not cell.source.startswith(import_gpu_runs.COLAB_ONLY)).source += "\n# an older line"
     nbformat.write(notebook, executed / "04_continuous_batching-dummy-llama-3.1-8b.ipynb")
     executed_copy(tmp_path / "new", "notebooks/04_continuous_batching.ipynb")
     assert import_gpu_runs.main([str(tmp_path / "new")]) == 0
@@ -139,3 +140,18 @@ def test_nbvals_check_marker_is_not_code_but_any_other_change_is(tmp_path):
     marked = notebook("# NBVAL_CHECK_OUTPUT\nprint(1)", "x = 2")
     assert import_gpu_runs.code_of(marked) == import_gpu_runs.code_of(notebook("print(1)", "x = 2"))
     assert import_gpu_runs.code_of(marked) != import_gpu_runs.code_of(notebook("print(1)  # one", "x = 2"))
+
+
+def test_the_colab_setup_cell_is_not_what_a_gpu_copy_ran(tmp_path):
+    """The setup cell does nothing off Colab: a copy made before it changed still ran the notebook's code."""
+    from helpers.colab import SETUP_CELL
+
+    def notebook(*sources: str) -> Path:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.ipynb"
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path)
+        return path
+
+    old_setup = SETUP_CELL.replace("(not yet timed on Colab)", "(about 3-5 minutes)")
+    assert old_setup != SETUP_CELL
+    assert import_gpu_runs.code_of(notebook(old_setup, "x = 2")) == import_gpu_runs.code_of(notebook(SETUP_CELL, "x = 2"))
+    assert import_gpu_runs.code_of(notebook(SETUP_CELL, "x = 2")) != import_gpu_runs.code_of(notebook(SETUP_CELL, "x = 3"))

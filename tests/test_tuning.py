@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from helpers.hardware import cpu_supports_fp8_kv
 from helpers.lab.table import ResultRow
 from helpers.load.client import RequestRecord
 from helpers.load.prometheus import MetricsSample
@@ -38,7 +39,7 @@ from helpers.tuning.exercises import (
     grade_ideal_hits,
     grade_pool_blocks,
 )
-from helpers.tuning.measure import checkpoint_parameters, cpu_supports_fp8_kv, measure
+from helpers.tuning.measure import checkpoint_parameters, kv_pool_bytes, measure
 from helpers.tuning.measurement import CapacityPoint, Measurement
 from helpers.tuning.plots import (
     plot_engine,
@@ -223,14 +224,29 @@ XEON_WITHOUT_BF16 = "model name\t: Intel(R) Xeon(R) Processor @ 2.80GHz\nflags\t
 def test_fp8_kv_support_follows_avx512_or_amx_and_the_avx2_emulation(monkeypatch, cpuinfo, emulated, supported):
     """It decides whether notebook 05 measures the FP8 KV cache, and whether its real-server test runs or is skipped."""
     from helpers import hardware
-    from helpers.tuning import measure as measure_module
 
     if emulated:
         monkeypatch.setenv("VLLM_COURSE_CPU_ISA", emulated)
     else:
         monkeypatch.delenv("VLLM_COURSE_CPU_ISA", raising=False)
-    monkeypatch.setattr(measure_module, "detect_cpu", lambda: hardware.detect_cpu(cpuinfo))
-    assert cpu_supports_fp8_kv() is supported
+    assert cpu_supports_fp8_kv(hardware.detect_cpu(cpuinfo)) is supported
+
+
+def test_kv_pool_bytes_is_the_start_up_report_not_a_second_reading_of_the_log():
+    """The log's "Available KV cache memory" line is parsed once, rounded, by helpers.serve.log; the pool's
+    bytes are that report's, and a server without a report has none."""
+    from types import SimpleNamespace
+
+    from helpers.serve.log import parse_kv_cache_report
+
+    def unread_log():
+        raise AssertionError("kv_pool_bytes read the log again")
+
+    log = ("Available KV cache memory: 127.95 GiB\nGPU KV cache size: 5,962,912 tokens\n"
+           "Maximum concurrency for 1,024 tokens per request: 5823.16x\n")
+    report = parse_kv_cache_report(log)
+    assert kv_pool_bytes(SimpleNamespace(kv_cache=report, log_text=unread_log)) == round(127.95 * 2**30)
+    assert kv_pool_bytes(SimpleNamespace(kv_cache=None, log_text=unread_log)) is None
 
 
 # ----- figures ---------------------------------------------------------------------------------------

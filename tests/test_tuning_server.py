@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from helpers.hardware import detect_device
+from helpers.hardware import cpu_supports_fp8_kv, detect_device
 from helpers.load.poller import cache_config_info, scrape
 from helpers.load.warmup import needs_warm_up
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB
@@ -19,7 +19,6 @@ from helpers.serve.server import start_server
 from helpers.tuning.arithmetic import ideal_prefix_hits
 from helpers.tuning.measure import (
     GPU_REPEATS,
-    cpu_supports_fp8_kv,
     kv_pool_bytes,
     measure,
     repeats_for,

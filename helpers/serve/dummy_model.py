@@ -12,7 +12,9 @@ throughput, KV capacity and batching behave like it. Its text is meaningless: us
 with fixed output lengths (``ignore_eos``, as the lab does), and say so wherever it appears.
 
 Choose it with ``VLLM_COURSE_MODEL=dummy:llama-3.1-8b`` or ``start_server(model="dummy:llama-3.1-8b")``.
-It needs a GPU with room for about 15 GiB (16 GB) of bf16 weights plus the KV cache: more than a T4 holds.
+It needs a GPU with room for about 13.8 GiB (14.8 GB) of bf16 weights (7.38 billion parameters: Llama's
+8.03 billion less the embedding and output rows of the 79,104 tokens SmolLM2's vocabulary lacks) plus the KV
+cache: more than a T4 holds, and ``helpers.serve.preflight`` refuses it there before launch.
 
 Example::
 
@@ -55,6 +57,22 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 _MARKER = ".course-dummy.json"  # written last: a folder without it was interrupted
 _NOT_TOKENIZER = {"config.json", "model.safetensors", "generation_config.json", ".course-complete.json"}
+
+
+def weight_gib(config: dict[str, Any]) -> float:
+    """GiB of a dummy folder's random weights in bf16 (Llama's layout: no biases, untied output head), read
+    from its config.json, whose vocabulary is the copied tokenizer's.
+
+    >>> round(weight_gib({**ARCHITECTURES["llama-3.1-8b"], "vocab_size": 49152}), 2)   # SmolLM2's vocabulary
+    13.75
+    """
+    hidden, mlp, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    head_dim = config.get("head_dim") or hidden // config["num_attention_heads"]
+    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"]
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim  # q and o, k and v
+    embeddings = config["vocab_size"] * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    parameters = embeddings + layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden
+    return parameters * 2 / 2**30
 
 
 def parse_dummy_name(model: str) -> str | None:

@@ -8,20 +8,27 @@ this machine (GPUs, CPU flags, free memory, sockets), so none is pure.
 from __future__ import annotations
 
 import errno
+import json
 import socket
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 
 from helpers.errors import ConfigError, NoGPUError, NotEnoughMemoryError, PortInUseError
-from helpers.hardware import Device, detect_cpu, detect_device, detect_gpus
+from helpers.hardware import Device, GPUInfo, detect_cpu, detect_device, detect_gpus
 from helpers.serve import gpu
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, ServerConfig, cpu_dtype
+from helpers.serve.dummy_model import weight_gib
 from helpers.serve.exposure import IPV6_REFUSED, is_ipv6
 from helpers.serve.model import ModelChoice
 
 FIRST_PORT = 8000  # vLLM's own default port; later servers take the next free one
 SERVER_RSS_GIB = 2.5  # measured resident memory of the CPU server before its KV cache
+VLLM_GPU_MEMORY_UTILIZATION = 0.92  # vLLM's default (0.26 and 0.32) where gpu_memory_utilization is not passed
+# Beside the weights: the 8B shape's start on an H200 took 0.93 GiB of peak activations, 0.22 non-torch and 0.12 of
+# CUDA graphs (tests/data/server_logs/ready_gpu_dummy_8b.log), and the KV pool needs room for one request at least.
+GPU_HEADROOM_GIB = 1.0
 
 
 def choose_device(config: ServerConfig) -> Device:
@@ -63,14 +70,46 @@ def check_device_options(config: ServerConfig, device: Device) -> None:
         )
 
 
-def check_model_device(choice: ModelChoice, device: Device) -> None:
-    """Refuse the 8B dummy model on CPU: it is sized for GPU throughput labs."""
-    if choice.source == "dummy" and device == "cpu":
+def check_model_device(choice: ModelChoice, device: Device, gpu_memory_utilization: float | None = None) -> None:
+    """Refuse the 8B dummy model on CPU (it is sized for GPU throughput labs), and on a GPU whose share
+    (``gpu_memory_utilization``, vLLM's 0.92 when None) cannot hold its weights (:func:`dummy_gpu_refusal`)."""
+    if choice.source != "dummy":
+        return
+    if device == "cpu":
         raise NoGPUError(
             f"{choice.served_name} is an 8-billion-parameter architecture with random weights, "
-            "meant for GPU throughput labs: it needs about 14 GiB for its weights and a GPU to "
+            "meant for GPU throughput labs: it needs about 13.8 GiB for its weights and a GPU to "
             "run at a useful speed. On this CPU, use the embedded model (unset VLLM_COURSE_MODEL)."
         )
+    config = json.loads((Path(choice.model) / "config.json").read_text())
+    why = dummy_gpu_refusal(choice.served_name, config, detect_gpus(), gpu_memory_utilization)
+    if why:
+        raise NotEnoughMemoryError(why)
+
+
+def dummy_gpu_refusal(name: str, config: dict, gpus: list[GPUInfo], gpu_memory_utilization: float | None) -> str | None:
+    """Why the first GPU's share cannot hold a random-weights model of ``config`` in bf16 (weights plus
+    :data:`GPU_HEADROOM_GIB`), or None. vLLM would find out only after loading the weights, minutes in.
+
+    >>> from helpers.serve.dummy_model import ARCHITECTURES
+    >>> shape = {**ARCHITECTURES["llama-3.1-8b"], "vocab_size": 49152}   # the dummy 8B: SmolLM2's vocabulary
+    >>> t4 = [GPUInfo("Tesla T4", 15360, (7, 5))]
+    >>> print(dummy_gpu_refusal("dummy-llama-3.1-8b", shape, t4, None))  # doctest: +ELLIPSIS
+    dummy-llama-3.1-8b needs about 13.8 GiB for its bf16 weights and 1 GiB beside them, but vLLM may use 0.92 x ...
+    >>> dummy_gpu_refusal("dummy-llama-3.1-8b", shape, [GPUInfo("NVIDIA L4", 23034, (8, 9))], None) is None
+    True
+    """
+    if not gpus:
+        return None
+    utilization = VLLM_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
+    weights_gib = weight_gib(config)
+    share_gib = utilization * gpus[0].memory_mib / 1024
+    if weights_gib + GPU_HEADROOM_GIB <= share_gib:
+        return None
+    return (f"{name} needs about {weights_gib:.1f} GiB for its bf16 weights and {GPU_HEADROOM_GIB:g} GiB beside them, "
+            f"but vLLM may use {utilization:g} x {gpus[0].memory_mib / 1024:.1f} GiB = {share_gib:.1f} GiB of this GPU "
+            f"({gpus[0].name}). Use a GPU with more memory (24 GiB or more), raise gpu_memory_utilization if nothing "
+            "else uses this one, or serve the embedded model (unset VLLM_COURSE_MODEL).")
 
 
 def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConfig, str | None]:

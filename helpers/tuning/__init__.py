@@ -3,7 +3,7 @@
 Used by ``notebooks/05_throughput_tuning.ipynb``. Modules, by role:
 
 - :mod:`~helpers.tuning.measure` (I/O): load tests with ``/metrics`` polled (``measure``), the
-  server's tokenizer and log, this machine's CPU, a checkpoint's parameter count;
+  server's tokenizer and KV-cache report, the served model's config, a checkpoint's parameter count;
 - :mod:`~helpers.tuning.measurement` (pure): ``Measurement`` (one run + the engine's counters)
   and ``CapacityPoint`` (one server's KV pool);
 - :mod:`~helpers.tuning.workloads` (pure, through a tokenizer): the shared-system-prompt load;

@@ -7,8 +7,9 @@ Pure functions of numbers and configs (nothing here talks to a server or reads a
 - KV blocks: what prefix caching can serve at best (:func:`ideal_prefix_hits`), the blocks
   each request of a run held (:func:`blocks_per_request`), and how many of them fit a pool at
   once (:func:`fit_in_pool`);
-- server settings: one change to a base (:func:`server_settings`), and pools resized for
-  another KV dtype (:func:`pools_for_dtype`).
+- server settings: one change to a base (:func:`server_settings`), a pool that holds a number of
+  the served model's tokens (:func:`pool_holding`), and pools resized for another KV dtype
+  (:func:`pools_for_dtype`).
 
 Example::
 
@@ -164,6 +165,22 @@ def server_settings(base: Mapping[str, Any], *, extra_args: Sequence[str] = (), 
     merged = {**base, **changes}
     merged["extra_args"] = tuple(base.get("extra_args", ())) + tuple(extra_args)
     return merged
+
+
+def pool_holding(tokens: int, bytes_per_token: int | None, fallback_gib: float) -> tuple[str, dict[str, Any]]:
+    """A KV pool setting, (label, change to the base), sized to hold ``tokens`` tokens of a model whose KV cache
+    takes ``bytes_per_token`` (:func:`helpers.paged.kv_math.kv_bytes_per_token`); ``fallback_gib`` where that
+    is unknown. A pool given in GiB holds 5.7x fewer tokens of an 8B model than of SmolLM2: too few for one
+    request of ``max_model_len``, and vLLM refuses to start.
+
+    >>> pool_holding(2_330, 23_040, 0.05)    # SmolLM2 in bfloat16: the 0.05 GiB of the course's GPU runs
+    ('0.05 GiB', {'kv_cache_space_gib': 0.049996})
+    >>> pool_holding(2_330, 131_072, 0.05)   # Llama-3.1-8B's shape in bfloat16: 128 KiB a token
+    ('0.284 GiB', {'kv_cache_space_gib': 0.284424})
+    """
+    tokens = validate.positive_int(tokens, "tokens", hint="e.g. 2,330: about 2.3 requests of 1,024 tokens.")
+    gib = round(tokens * bytes_per_token / GIB, 6) if bytes_per_token else fallback_gib
+    return f"{gib:.3g} GiB", {"kv_cache_space_gib": gib}
 
 
 def pools_for_dtype(pools: Sequence[tuple[str, dict[str, Any]]], bytes_per_value: int | None,

@@ -1,7 +1,8 @@
 """What the tuning notebook reads from the world: load tests with ``/metrics`` polled
-(:func:`measure`), the server's tokenizer and log (:func:`shared_prefix_tokens`,
-:func:`kv_pool_bytes`, :func:`capacity_point`), this machine's CPU
-(:func:`cpu_supports_fp8_kv`) and a checkpoint's files (:func:`checkpoint_parameters`).
+(:func:`measure`), the server's tokenizer and KV-cache report (:func:`shared_prefix_tokens`,
+:func:`kv_pool_bytes`, :func:`capacity_point`) and a checkpoint's files (:func:`served_config`,
+:func:`checkpoint_parameters`).
+Whether this machine can serve an FP8 KV cache is :func:`helpers.hardware.fp8_kv_refusal`.
 
 Everything here does I/O; what follows from the results is in :mod:`helpers.tuning.measurement`,
 :mod:`helpers.tuning.arithmetic` and :mod:`helpers.tuning.comparison`.
@@ -14,20 +15,18 @@ In a notebook cell::
 from __future__ import annotations
 
 import json
-import re
 import struct
 from pathlib import Path
 from typing import Any
 
 from helpers import validate
-from helpers.hardware import detect_cpu, other_vllm_servers
+from helpers.hardware import other_vllm_servers
 from helpers.load.client import DEFAULT_TIMEOUT_S, chat_messages
 from helpers.load.poller import watch
 from helpers.load.run import run_load_test
 from helpers.load.warmup import fresh_copy, needs_warm_up, warm_up
 from helpers.load.workload import ServerTokenizer, Workload
 from helpers.serve.process import death_of
-from helpers.tuning.arithmetic import GIB
 from helpers.tuning.measurement import CapacityPoint, Measurement
 
 # On the H200 one load of the notebook (64 requests, 1-8 s) measured the same flags up to 1.55x apart in two runs,
@@ -123,14 +122,12 @@ def shared_prefix_tokens(server: Any, workload: Workload) -> int:
 
 
 def kv_pool_bytes(server: Any) -> int | None:
-    """The bytes of the server's KV pool: the size it was given (``kv_cache_space_gib``), else
-    the engine's own log line "Available KV cache memory: X GiB" (a GPU sized by
-    ``gpu_memory_utilization``); None when neither is known."""
+    """The bytes of the server's KV pool, as its start-up report has them (``server.kv_cache``, parsed once
+    by :func:`helpers.serve.log.parse_kv_cache_report`): the size it was given (``kv_cache_space_gib``), else
+    the engine's log line "Available KV cache memory: X GiB" (a GPU sized by ``gpu_memory_utilization``);
+    None when neither is known or the server reported no KV cache."""
     kv = getattr(server, "kv_cache", None)
-    if kv is not None and kv.memory_bytes:
-        return int(kv.memory_bytes)
-    match = re.search(r"Available KV cache memory: ([\d.]+) GiB", server.log_text())
-    return int(float(match.group(1)) * GIB) if match else None
+    return kv.memory_bytes if kv is not None and kv.memory_bytes else None
 
 
 def capacity_point(label: str, server: Any, bytes_per_token: int) -> CapacityPoint:
@@ -143,11 +140,17 @@ def capacity_point(label: str, server: Any, bytes_per_token: int) -> CapacityPoi
     return CapacityPoint(label, kv_pool_bytes(server) or 0, bytes_per_token, kv.num_tokens, kv.max_concurrency)
 
 
-def cpu_supports_fp8_kv() -> bool:
-    """Whether vLLM's CPU build can keep the KV cache in FP8 here: its CPU attention kernels
-    for FP8 need x86 with AVX-512 or AMX. Follows ``VLLM_COURSE_CPU_ISA=avx2`` too."""
-    flags = detect_cpu().flags
-    return "avx512f" in flags or "amx_tile" in flags
+def served_config(model: Any) -> dict[str, Any] | None:
+    """The config.json of a :class:`~helpers.serve.model.ModelChoice`: its folder's, or for a hub id the copy
+    ``resolve_model`` left in the local Hugging Face cache (nothing is downloaded); None where there is none."""
+    if model.source == "hub":
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model.model, "config.json")
+        path = Path(cached) if isinstance(cached, str) else None
+    else:
+        path = Path(model.model) / "config.json"
+    return json.loads(path.read_text()) if path is not None and path.is_file() else None
 
 
 def checkpoint_parameters(model_dir: str | Path) -> int:
