@@ -8,12 +8,14 @@ Rooms (subpackages), each opened by a docstring that lists its modules:
 - ``helpers.batching``: the continuous-batching scheduler, step times, the lab's prediction (notebook 04);
 - ``helpers.tuning``: the levers of notebook 05;
 - ``helpers.lab``: the concurrency lab's results, plots and explanations;
-- ``helpers.traffic``: open-loop request rates, SLOs, saturation and the token budget (the second lab).
+- ``helpers.traffic``: open-loop request rates, SLOs, saturation and the token budget (the second lab);
+- ``helpers.route``: replicas behind vLLM's router, cache-aware routing, a simulated class, parallelism (notebook 06).
 
 Shared: ``errors``, ``paths``, ``files`` (atomic writes), ``hardware`` (this machine),
-``validate`` (clear errors for bad arguments), ``local_http`` (a blocking GET whose every failure is an OSError; loopback kept off proxies), ``feedback`` (every exercise's verdict), ``units``
-(durations and shares printed in the unit that shows them), ``colab``, ``answer_audit`` (the tests' check
-that no exercise's answer is printed above it).
+``validate`` (clear errors for bad arguments), ``local_http`` (a blocking GET whose every failure is an
+OSError; loopback kept off proxies), ``feedback`` (every exercise's verdict), ``units`` (durations and shares
+printed in the unit that shows them), ``drawing`` (the course's colours, figures shown as pictures), ``colab``,
+``answer_audit`` (the tests' check that no exercise's answer is printed above it).
 
 A room imports the shared modules and the rooms listed before it, never one after it; each
 module has one role: a pure core, I/O, drawing, or notebook glue (``tests/test_layout.py``).

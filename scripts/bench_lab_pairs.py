@@ -4,7 +4,7 @@ On the H200 a step of SmolLM2 is mostly the host CPU's work (Python scheduling a
 at 64), so lab 1's runs move with the host: on 2026-12-04 its five 8-slot runs were 2,297-3,375 output tok/s in two
 groups, and its five 64-slot runs 10,480-15,542, and the session means of the ratio have been 3.2x-4.9x. Lab 1 runs
 one setting's five loads, then the other's, on servers started one after the other, so a slow minute of the host
-lands on one setting. Here both servers are up at once (each with a KV pool the lab fits in, not 90% of the GPU) and
+lands on one setting. Here both servers are up at once (each with a KV pool the lab fits in, not 92% of the GPU) and
 the settings take turns, the order flipped every pair, so both sides see the same host: the ratio of each pair, and
 their spread, say how steady the lab's ratio can be on this machine.
 
@@ -42,7 +42,8 @@ from helpers.load.warmup import warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload
 from helpers.paths import build_dir
 from helpers.serve.config import GPU_SHARE
-from helpers.serve.server import start_server
+from helpers.serve.server import VLLMServer
+from helpers.serve.together import start_together
 
 LAB_REQUESTS = 50
 
@@ -69,11 +70,13 @@ async def main(args: argparse.Namespace) -> dict:
     low, high = args.settings
     output_tokens = args.output_tokens
     # each with half of notebook 06's share of the GPU: vLLM checks at start-up that its utilization's share is free
-    starts = [asyncio.to_thread(start_server, max_num_seqs=n, kv_cache_space_gib=args.kv_gib, quiet=True,
-                                gpu_memory_utilization=round(GPU_SHARE / 2, 2) if detect_device() == "cuda" else None)
-              for n in (low, high)]
-    servers = await asyncio.gather(*starts)
+    share = round(GPU_SHARE / 2, 2) if detect_device() == "cuda" else None
+    servers = [VLLMServer(max_num_seqs=n, kv_cache_space_gib=args.kv_gib, gpu_memory_utilization=share)
+               for n in (low, high)]
     try:
+        # at once on a CPU, its memory checked for both; one after the other on a GPU. Called here, not in a
+        # thread, so a Ctrl-C reaches its clean-up instead of leaving a thread starting servers nobody stops.
+        start_together(servers, labels=[f"max_num_seqs={n}" for n in (low, high)], quiet=True)
         by_setting = dict(zip((low, high), servers))
         device = servers[0].device
         plan = plan_step_fit(device, demo_max_num_seqs=low, demo_output_len=output_tokens,

@@ -54,8 +54,24 @@ def test_eighty_percent_of_the_decode_ceiling_needs_four_times_overhead_over_dec
     model = StepTimeModel(overhead_s=0.03, prefill_token_s=0.001, decode_seq_s=0.004)  # b = 4 x 30 / 4 = 30
     assert model.decode_tok_s(30) == pytest.approx(0.8 * ex.decode_ceiling_tok_s(model))
     assert ex.grade_batch_for_80_percent(30, model).ok
-    assert ex.grade_batch_for_80_percent(29.5, model).ok
+    assert ex.grade_batch_for_80_percent(30.02, model).ok  # the formula's value, printed to two decimals
     assert ex.grade_batch_for_80_percent(20, model).ok is False
+
+
+@pytest.mark.parametrize("overhead_s, decode_seq_s", [(0.026425, 0.001), (0.0154325, 0.0001)])  # 105.7; a GPU's 617.3
+def test_every_whole_number_short_of_eighty_percent_is_refused_however_close(overhead_s, decode_seq_s):
+    model = StepTimeModel(overhead_s=overhead_s, decode_seq_s=decode_seq_s)
+    exact = ex.batch_for_fraction_of_ceiling(model)
+    needed = math.ceil(exact)
+    assert ex.grade_batch_for_80_percent(needed, model).ok and ex.grade_batch_for_80_percent(exact, model).ok
+    assert ex.grade_batch_for_80_percent(round(exact, 1), model).ok
+    for short in range(needed - 20, needed):
+        assert model.decode_tok_s(short) < 0.8 * ex.decode_ceiling_tok_s(model)
+        fb = ex.grade_batch_for_80_percent(short, model)
+        assert fb.ok is False and "short of 80%" in fb.message and "reaches only 80.00%" not in fb.message
+    fb = ex.grade_batch_for_80_percent(needed + 1, model)
+    assert fb.ok is False and "the smallest batch" in fb.message
+    assert ex.grade_batch_for_80_percent(exact - 1.0, model).ok is False  # not the formula's value either
 
 
 def test_the_eighty_percent_check_uses_the_model_it_is_given():

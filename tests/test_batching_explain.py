@@ -100,6 +100,22 @@ def test_a_sublinear_prediction_explains_the_overhead_and_the_per_sequence_ceili
     assert f"{1 / model.decode_seq_s:,.0f} tok/s" in text
 
 
+@pytest.mark.parametrize("clocks", [False, True])
+def test_a_fit_with_no_per_sequence_cost_blames_prefill_and_overhead_not_a_decode_ceiling(clocks):
+    """decode_seq_s pinned at 0 by the fit: no sentence about what each sequence 'still costs'."""
+    model = StepTimeModel(overhead_s=0.03, prefill_token_s=0.002, decode_seq_s=0.0)
+    lab = lab_trace()
+    by_setting = {8: model, 64: replace(model, stream_token_s=0.001)} if clocks else None
+    text = explain_prediction(model, prediction_record(by_setting or model, trace=lab), 1.6, lab, by_setting)
+    assert "Below the cap" in text and "each sequence still costs" not in text and "never beats" not in text
+    assert "the fit measured no cost per sequence" in text and "The gap comes from" in text
+    assert "prefill and the 30.0 ms overhead" in text and "20.5 s of prefill" in text
+    assert ("only the front end, at 1.00 ms a token, caps streaming at 1,000 tok/s" in text) is clocks
+    flat = replace(model, prefill_token_s=1e-7)
+    text = explain_prediction(flat, prediction_record(flat, trace=lab), 1.6, lab)
+    assert "Close to that cap: on this hardware the fit measured no cost per sequence" in text and "0 s" not in text
+
+
 def test_a_nearly_linear_prediction_says_the_overhead_dominates():
     model = StepTimeModel(overhead_s=0.01, prefill_token_s=1e-7, decode_seq_s=1e-6)
     lab = lab_trace()

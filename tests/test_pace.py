@@ -35,3 +35,24 @@ def test_the_description_names_what_was_scaled_and_what_was_not():
 def test_a_faster_machine_gets_longer_demonstrations_up_to_a_cap():
     assert Pace(62.0).speed == 1.0 and Pace(1240.0).speed == 20.0  # not capped, unlike factor
     assert [Pace(t).length_scale(8) for t in (20.0, 62.0, 130.0, 1240.0)] == [1, 1, 2, 8]
+
+
+@pytest.mark.parametrize("probe", ["measure_pace", "one_request_decode_tok_s"])
+def test_a_failed_probe_says_where_to_look_and_what_to_run_again(probe, monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    from helpers.load import pace
+    from helpers.load.client import RequestRecord
+
+    async def refused(server, workload, **kwargs):
+        return SimpleNamespace(records=[RequestRecord(0, ok=False, error="APIConnectionError: Connection error.")])
+
+    monkeypatch.setattr(pace, "build_workload", lambda server, **kwargs: None)
+    monkeypatch.setattr(pace, "run_load_test", refused)
+    ours = SimpleNamespace(url="http://127.0.0.1:8000", log_tail=lambda lines=25: "")
+    with pytest.raises(RuntimeError, match=r"probe failed \(APIConnectionError.*print\(server\.log_tail\(\)\).*run "
+                                           r"the cell that starts it again"):
+        asyncio.run(getattr(pace, probe)(ours))
+    with pytest.raises(RuntimeError, match=r"server at http://127.0.0.1:9000 answers .*run this cell again"):
+        asyncio.run(getattr(pace, probe)(SimpleNamespace(url="http://127.0.0.1:9000")))

@@ -9,6 +9,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.conftest import wait_until_gone
 from helpers.serve import group, process
@@ -213,3 +214,32 @@ def test_a_fork_that_keeps_its_parents_vllm_title_is_not_a_core_process():
     finally:
         group.end_session(leader.pid, 1.0)
         leader.wait(timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["router", "server"])
+def test_a_second_ctrl_c_during_a_stop_kills_what_is_left_at_once(kind, tmp_path, monkeypatch):
+    """Ctrl-C while stop() waits out the grace: the router, like the server, kills the rest at once, then re-raises."""
+    from helpers.route.router import VLLMRouter
+    from helpers.serve.server import VLLMServer
+
+    leader = _session(tmp_path)  # its stubborn child ignores SIGTERM: only SIGKILL ends it
+    pids = [p.pid for p in group.members(leader.pid)]
+    _, temp_dir = _server_files(tmp_path, "")
+    owner = VLLMRouter(["http://127.0.0.1:8000"], model_name="smollm2") if kind == "router" else VLLMServer()
+    owner.process, owner._temp_dir = leader, temp_dir
+    real, graces = group.end_session, []
+
+    def interrupted(session, grace_s, extra_files=frozenset(), leader=None):
+        graces.append(grace_s)
+        if len(graces) == 1:
+            raise KeyboardInterrupt  # pressed while the first stop waits
+        return real(session, grace_s, extra_files, leader)
+
+    monkeypatch.setattr(group, "end_session", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            owner.stop(timeout=60.0)
+        assert graces == [60.0, 0.0]
+        assert wait_until_gone(pids, timeout=2) == [] and not temp_dir.exists()
+    finally:
+        real(leader.pid, grace_s=0.5, leader=leader)

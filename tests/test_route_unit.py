@@ -200,6 +200,44 @@ def test_the_probe_tells_a_replica_that_refuses_a_wrong_key_from_one_that_does_n
             server.shutdown()
 
 
+def test_a_replica_that_cannot_be_reached_stops_a_router_open_to_the_network():
+    """Only a 401 (or 403) proves a replica demands the key: a closed port or a server error proves nothing."""
+    import http.server
+    import socket
+    import threading
+
+    from helpers.route.command import check_replicas_demand_key
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(statuses[self.server.server_port])
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    servers = [http.server.HTTPServer(("127.0.0.1", 0), Models) for _ in range(3)]
+    refusing, accepting, broken = (f"http://127.0.0.1:{server.server_port}" for server in servers)
+    statuses = dict(zip((server.server_port for server in servers), (401, 200, 500)))
+    with socket.socket() as probe:  # a port nothing listens on, once this socket closes
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        check_replicas_demand_key("0.0.0.0", KEY, [refusing])
+        with pytest.raises(ConfigError, match=rf"{accepting} accepts any key"):
+            check_replicas_demand_key("0.0.0.0", KEY, [refusing, accepting])
+        for url in (closed, broken):
+            with pytest.raises(ConfigError, match=rf"cannot reach replica {url}/v1/models to check that it demands "
+                                                  r"the key .*start it first, then the router"):
+                check_replicas_demand_key("0.0.0.0", KEY, [refusing, url])
+        check_replicas_demand_key("127.0.0.1", KEY, [closed])  # loopback asks nothing
+    finally:
+        for server in servers:
+            server.shutdown()
+
+
 def test_a_router_open_to_the_network_needs_a_classroom_strength_key_and_ipv4():
     with pytest.raises(ConfigError, match="use at least 12: a guessable key"):
         VLLMRouter([URL], host="0.0.0.0", api_key="short", model_name="smollm2")
@@ -213,3 +251,23 @@ def test_a_router_start_up_timeout_that_is_not_a_finite_number_is_refused():
     for bad in (float("nan"), float("inf"), "60", 0):
         with pytest.raises(InvalidArgumentError, match="startup_timeout_s"):
             VLLMRouter([URL], model_name="smollm2", startup_timeout_s=bad)
+
+
+def test_start_replicas_refuses_a_setting_the_server_lacks_with_the_servers_own_words():
+    with pytest.raises(ConfigError, match="max_num_seq is not a server setting; the settings are model, port"):
+        start_replicas(2, max_num_seq=8, quiet=True)
+
+
+def test_no_free_router_port_says_what_to_stop_or_pass(monkeypatch):
+    monkeypatch.setattr(router_module, "port_free", lambda host, port, strict: False)
+    with pytest.raises(PortInUseError, match=r"Ports 30000-30099 are all in use on 127.0.0.1 .*earlier kernels.*"
+                                             r"stop_all_routers\(\).*port=\.\.\."):
+        router_module.choose_router_port("127.0.0.1", None)
+
+
+def test_a_router_log_is_named_as_before_through_the_servers_log_path(tmp_path):
+    from helpers.serve.process import new_log_path
+
+    path = new_log_path(tmp_path, 30000, name="vllm-router")
+    assert path.parent == tmp_path and path.name.startswith("vllm-router-") and path.name.endswith("-port30000.log")
+    assert new_log_path(tmp_path, 8000).name.startswith("vllm-2")  # a server's, unchanged

@@ -196,7 +196,13 @@ def batch_for_fraction_of_ceiling(model: StepTimeModel, fraction: float = CEILIN
 def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) -> Feedback:
     """Exercise 3: the smallest batch size whose decode speed reaches 80% of the ceiling, for `model`.
 
-    Accepts the exact real value, or a whole number within one of it.
+    Accepts that whole number (the exact real value rounded up) and the exact real value itself
+    (to 0.1%, or to 0.05 for one rounded to a decimal); every whole number below it falls short
+    of 80%, however close, and is refused.
+
+    >>> model = StepTimeModel(overhead_s=0.03, decode_seq_s=0.004)   # exactly 30
+    >>> [grade_batch_for_80_percent(b, model).ok for b in (29, 30, 31, 30.0)]
+    [False, True, False, True]
     """
     model = model or StepTimeModel()
     exact = batch_for_fraction_of_ceiling(model)
@@ -212,7 +218,9 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
         return _unanswered("Set `answer` to a batch size (a number of requests).")
     value = _number(answer)
     ceiling = decode_ceiling_tok_s(model)
-    if abs(value - exact) <= max(1.0, 0.03 * exact):
+    whole = value == round(value)
+    # a whole number must be the smallest one that gets there; any other number, the formula's own value
+    if (value == needed) if whole else abs(value - exact) <= max(0.05, 0.001 * exact):
         return _right(f"b = 4 x overhead_s / decode_seq_s = 4 x {1000 * model.overhead_s:.1f} / "
                               f"{1000 * model.decode_seq_s:.2f} = {exact:.1f}, so {needed} requests: "
                               f"{model.decode_tok_s(needed):.0f} of at most {ceiling:.0f} tok/s. Beyond that, "
@@ -222,8 +230,12 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
     if math.isclose(value, ceiling, rel_tol=0.03):
         hint = "That is the ceiling in tok/s, not a batch size. " + hint
     elif value < exact:
-        reached = model.decode_tok_s(max(1, round(value))) / ceiling
-        hint = f"At {value:g} requests decoding reaches only {reached:.0%} of the ceiling. " + hint
+        # cut, not rounded, to two decimals: 79.97% printed as "80%" would read as reaching it
+        reached = math.floor(10000 * model.decode_tok_s(max(1.0, value)) / ceiling) / 100
+        hint = f"At {value:g} requests decoding reaches only {reached:.2f}% of the ceiling, short of 80%. " + hint
+    elif whole:
+        hint = (f"{value:g} requests reach 80%, but so do fewer: the question asks for the smallest batch that "
+                f"does. " + hint)
     return _wrong(f"{value:g} is not it. {hint}")
 
 

@@ -141,25 +141,35 @@ def explain_prediction(fitted: StepTimeModel, prediction: Mapping[str, Any], ref
             f"{cap:.2f}x is the most more slots could give: {ratio / cap:.0%} of it (the reference defaults predict "
             f"{reference_ratio:.2f}x). ")
     front = _front_end_sentence(clock_low, clock_high, low, high, running)
+    free = fitted.decode_seq_s <= 0  # the fit pins a negative decode slope at 0: no per-sequence cost measured
     if ratio >= 0.9 * cap:
-        why = (f"Close to that cap: on this hardware the {duration(fitted.overhead_s)} fixed cost of a step dominates "
-               f"the {duration(fitted.decode_seq_s)} each sequence adds, so a bigger batch is nearly free. ")
+        adds = ("the fit measured no cost per sequence" if free else
+                f"the {duration(fitted.overhead_s)} fixed cost of a step dominates the "
+                f"{duration(fitted.decode_seq_s)} each sequence adds")
+        why = f"Close to that cap: on this hardware {adds}, so a bigger batch is nearly free. "
     else:
         step_low, step_high = clock_low.step_seconds(0, low), clock_high.step_seconds(0, running)
-        ceiling = f"{1 / fitted.decode_seq_s:,.0f} tok/s" if fitted.decode_seq_s > 0 else "no ceiling"
-        if clock_high.stream_token_s > fitted.decode_seq_s:  # the front end caps it lower than the engine
-            ceiling += (f" in the engine, and the front end, at {duration(clock_high.stream_token_s)} a token, caps "
-                        f"streaming at {1 / clock_high.stream_token_s:,.0f} tok/s")
+        streaming = (f"the front end, at {duration(clock_high.stream_token_s)} a token, caps streaming at "
+                     f"{1 / clock_high.stream_token_s:,.0f} tok/s" if clock_high.stream_token_s > fitted.decode_seq_s
+                     else "")
+        steps = (f"decoding {low} requests takes {duration(step_low)} a step ({low / step_low:,.0f} tok/s) and "
+                 f"{running} take {duration(step_high)} ({running / step_high:,.0f} tok/s)")
         prompt_tokens = sum(r.prompt_len for r in lab)
         output_tokens = sum(r.output_len for r in lab)
-        why = (f"Below the cap, for two reasons the fit makes concrete. Decoding {low} requests takes "
-               f"{duration(step_low)} a step ({low / step_low:,.0f} tok/s) and {running} take {duration(step_high)} "
-               f"({running / step_high:,.0f} tok/s): more slots spread the {duration(fitted.overhead_s)} overhead "
-               f"thinner, but each sequence still costs {duration(fitted.decode_seq_s)}, so decoding never beats "
-               f"{ceiling}. And the lab's {prompt_tokens:,} prompt tokens (their text: the simulation leaves out the "
-               f"chat template) cost about "
-               f"{duration(prompt_tokens * fitted.prefill_token_s)} of prefill at either setting, against a predicted "
-               f"{duration(output_tokens / tok_s_high)} for the whole run at {high}. ")
+        prefill = (f"the lab's {prompt_tokens:,} prompt tokens (their text: the simulation leaves out the chat "
+                   f"template) cost about {duration(prompt_tokens * fitted.prefill_token_s)} of prefill at either "
+                   f"setting, against a predicted {duration(output_tokens / tok_s_high)} for the whole run at {high}. ")
+        if free:
+            capped = f"; only {streaming}" if streaming else ""
+            why = (f"Below the cap, though the fit measured no cost per sequence (it pins a negative decode slope "
+                   f"at 0): {steps}, so the engine's decoding alone has no ceiling{capped}. The gap comes from "
+                   f"{'the front end, ' if streaming else ''}prefill and the {duration(fitted.overhead_s)} overhead "
+                   f"of the steps that do not decode a full batch: {prefill}")
+        else:
+            ceiling = f"{1 / fitted.decode_seq_s:,.0f} tok/s" + (f" in the engine, and {streaming}" if streaming else "")
+            why = (f"Below the cap, for two reasons the fit makes concrete. D{steps[1:]}: more slots spread the "
+                   f"{duration(fitted.overhead_s)} overhead thinner, but each sequence still costs "
+                   f"{duration(fitted.decode_seq_s)}, so decoding never beats {ceiling}. And {prefill}")
     return head + why + front + "The lab measures both settings: compare."
 
 

@@ -109,7 +109,7 @@ async def measure_pace(server: Any) -> Pace:
     run = await run_load_test(server, build_workload(server, **PROBE), progress=False)
     failed = [r for r in run.records if not r.ok]
     if failed:
-        raise RuntimeError(f"The pace probe failed ({failed[0].error}); is the server healthy?")
+        raise RuntimeError(f"The pace probe failed ({failed[0].error}). {_probe_advice(server)}")
     return Pace(round(run.summary.output_tok_per_s or 0.0, 1))
 
 
@@ -119,5 +119,19 @@ async def one_request_decode_tok_s(server: Any, output_tokens: int = 32) -> floa
                                                      output_tokens=output_tokens), progress=False)
     record = run.records[0]
     if not record.ok or record.ttft_s is None or record.e2e_s is None or record.e2e_s <= record.ttft_s:
-        raise RuntimeError(f"The one-request probe failed ({record.error or 'no tokens timed'}).")
+        raise RuntimeError(f"The one-request probe failed ({record.error or 'no tokens timed'}). "
+                           f"{_probe_advice(server)}")
     return round((record.output_tokens - 1) / (record.e2e_s - record.ttft_s), 1)
+
+
+def _probe_advice(server: Any) -> str:
+    """What a learner can do when a probe of ``server`` failed: read its log where this kernel started it.
+
+    >>> print(_probe_advice("http://127.0.0.1:8000"))
+    Check that the server at http://127.0.0.1:8000 answers (it may have stopped), then run this cell again.
+    """
+    if callable(getattr(server, "log_tail", None)):
+        return ("Read the server's last log lines (print(server.log_tail())): if it stopped, run the cell that "
+                "starts it again, then this one.")
+    return (f"Check that the server at {getattr(server, 'url', server)} answers (it may have stopped), then run "
+            "this cell again.")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
+import warnings
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -58,15 +59,18 @@ async def poll_metrics(
     server: Any,
     stop: asyncio.Event,
     interval_s: float = 0.2,
-    max_duration_s: float = 300.0,
+    max_duration_s: float | None = None,
 ) -> list[MetricsSample]:
-    """Scrape every ``interval_s`` seconds until ``stop`` is set (or ``max_duration_s``).
+    """Scrape every ``interval_s`` seconds until ``stop`` is set (or ``max_duration_s``, if given).
 
     Runs on the caller's event loop with an async HTTP client, so the load it watches keeps
     running between scrapes. Scrapes that fail (server busy, timed out) are skipped, not
     raised: a monitor must not break the experiment it watches. One last sample is taken
     after ``stop``, so the final state is always in the list. Times are seconds since the
     poller started, on the client's monotonic clock.
+
+    A cap that ends the polling before ``stop`` warns: counter deltas taken from the first and
+    last samples would then miss whatever the load did after it.
     """
     import httpx
 
@@ -84,7 +88,13 @@ async def poll_metrics(
                 return
             samples.append(MetricsSample.from_text(response.text, t_s=t))
 
-        while not stop.is_set() and time.monotonic() - began < max_duration_s:
+        while not stop.is_set():
+            if max_duration_s is not None and time.monotonic() - began >= max_duration_s:
+                warnings.warn(f"poll_metrics stopped at its cap of {max_duration_s:g} s before the load ended: "
+                              f"the samples (and counter deltas from them) miss the rest of the load. Pass a "
+                              f"larger max_duration_s, or None to poll until stop is set.", RuntimeWarning,
+                              stacklevel=2)
+                break
             tick = time.monotonic()
             await one()
             wait = interval_s - (time.monotonic() - tick)
@@ -104,8 +114,9 @@ async def watch(load: Awaitable[T], server: Any, interval_s: float = 0.2,
 
         run, samples = await watch(run_load_test(server, workload), server)   # doctest: +SKIP
 
-    The poller starts before the load; it goes on for ``settle_s`` seconds after the load
-    ends (gauges change once more when the last blocks are freed), then takes one last sample.
+    The poller starts before the load and has no time limit of its own: it goes on for
+    ``settle_s`` seconds after the load ends, however long the load took (gauges change once
+    more when the last blocks are freed), then takes one last sample.
     """
     stop = asyncio.Event()
     poller = asyncio.ensure_future(poll_metrics(server, stop, interval_s))

@@ -37,7 +37,7 @@ from helpers.load.summary import RunSummary, describe_failures, summarize
 from helpers.load.workload import Workload, check_server
 from helpers.local_http import read_body
 
-POOL_HEADROOM = 4  # connections above the in-flight cap (the openai client's pool must not be the limit)
+POOL_HEADROOM = 4  # connections above the in-flight cap (the client's aiohttp connection pool must not be the limit)
 MAX_REQUESTS = 10_000  # per run: without a cap on concurrency each is a socket open at once
 # The whole run's default bound past the last arrival: the longest run recorded under results/ took 435 s, so no
 # course load meets it; a run that does is stuck, and its requests would otherwise each wait out their own timeout.

@@ -31,9 +31,31 @@ def needs_warm_up(target: Any) -> bool:
 
 def fresh_copy(workload: Any, output_tokens: int = WARM_UP_OUTPUT_TOKENS) -> Any:
     """``workload`` with another run tag in every prompt (and system prompt), ``output_tokens`` each, all at t=0:
-    the same shape, and nothing the timed run could find in the prefix cache."""
-    tag = uuid.uuid4().hex[:len(workload.run_tag)]
-    retag = lambda text: text.replace(workload.run_tag, tag) if isinstance(text, str) else text  # noqa: E731
+    the same shape, and nothing the timed run could find in the prefix cache.
+
+    Only the marker that opens a text (``"(tag/0) "``, or ``"(tagg1/0) "`` for a group's system prompt)
+    changes, once: the tag's letters elsewhere in the text are the prompt's own.
+    """
+    while (tag := uuid.uuid4().hex[:len(workload.run_tag)]) == workload.run_tag:
+        continue  # a short tag can come out the same: the timed run would find the warm-up's prefixes cached
+    return _retagged(workload, workload.run_tag, tag, output_tokens)
+
+
+def _retagged(workload: Any, old: str, tag: str, output_tokens: int) -> Any:
+    """``workload`` with the marker ``"(" + old`` opening each text made ``"(" + tag``; see :func:`fresh_copy`.
+
+    >>> from helpers.load.client import RequestSpec
+    >>> from helpers.load.workload import Workload
+    >>> spec = RequestSpec(0, "(a/0) a cat sat", 5, 64, system="(ag1/0) a rule")
+    >>> copy = _retagged(Workload((spec,), (5,), 64, 0, "a"), "a", "3", 16).requests[0]
+    >>> copy.prompt, copy.system
+    ('(3/0) a cat sat', '(3g1/0) a rule')
+    """
+    marker = "(" + old
+
+    def retag(text: Any) -> Any:
+        return "(" + tag + text[len(marker):] if isinstance(text, str) and text.startswith(marker) else text
+
     requests = tuple(replace(spec, prompt=retag(spec.prompt), system=retag(spec.system), arrival_s=0.0,
                              max_tokens=min(spec.max_tokens, output_tokens)) for spec in workload.requests)
     return replace(workload, requests=requests, output_tokens=min(workload.output_tokens, output_tokens), run_tag=tag)

@@ -123,7 +123,8 @@ def replica_key(replica: Any) -> str | None:
 def check_replicas_demand_key(host: str, api_key: str | None, replicas: Sequence[Any]) -> None:
     """A router beyond loopback admits every client key a replica accepts (its check asks the replicas'
     ``/v1/models``), so each replica must demand the router's own key: a keyless one lets any key in.
-    Replicas given as URLs are asked with a random key, which must be refused (HTTP 401)."""
+    Replicas given as URLs are asked with a random key, which must be refused (HTTP 401 or 403); one
+    that cannot be asked stops the start too, since it could come up keyless behind the router."""
     if is_loopback(host):
         return
     for replica in replicas:
@@ -143,13 +144,22 @@ def check_replicas_demand_key(host: str, api_key: str | None, replicas: Sequence
 
 
 def _accepts(url: str, key: str, timeout: float = 5.0) -> bool:
-    """Whether ``url`` answers 200 to ``key``; False when it refuses it or cannot be reached (the start reports that)."""
+    """Whether ``url`` answers ``key`` (True) or refuses it with HTTP 401 or 403 (False).
+
+    Any other answer proves nothing: a replica that cannot be reached now may come up keyless
+    later, behind a router that already admits everyone, so that raises :class:`ConfigError`."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status == 200
-    except OSError:  # HTTPError (401) included
-        return False
+        with urllib.request.urlopen(request, timeout=timeout):
+            return True
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            return False
+        reason = f"HTTP {error.code}"
+    except OSError as error:  # refused, timed out, no such host
+        reason = str(getattr(error, "reason", error))
+    raise ConfigError(f"cannot reach replica {url} to check that it demands the key ({reason}): start it "
+                      f"first, then the router.")
 
 
 def build_router_launch(urls: Sequence[str], policy: str, *, host: str, port: int, metrics_port: int,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psutil
@@ -34,7 +34,7 @@ import psutil
 from helpers.errors import ConfigError, NotEnoughMemoryError
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, GPU_SHARE, LOOPBACK, ServerConfig
 from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device
-from helpers.serve.server import VLLMServer
+from helpers.serve.server import VLLMServer, with_settings
 from helpers.serve.together import start_together, starts_at_once
 
 
@@ -143,10 +143,7 @@ def replica_configs(n: int, config: ServerConfig) -> list[ServerConfig]:
 def start_replicas(n: int, config: ServerConfig | None = None, *, quiet: bool = False, **settings: Any) -> ReplicaSet:
     """Start ``n`` servers with the same settings (those of ``start_server``): together on a CPU, one after the
     other on a GPU (:func:`helpers.serve.together.start_together`); a failed or interrupted start leaves none running."""
-    known = [f.name for f in fields(ServerConfig)]
-    if unknown := sorted(set(settings) - set(known)):
-        raise ConfigError(f"{', '.join(unknown)} is not a server setting; the settings are {', '.join(known)}.")
-    configs = replica_configs(n, replace(config or ServerConfig(), **settings))
+    configs = replica_configs(n, with_settings(config, settings))
     replicas = ReplicaSet([VLLMServer(each) for each in configs])
     if not quiet:
         how = ("together (15-60 s on a 2-core CPU)" if starts_at_once(replicas.servers)

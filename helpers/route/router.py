@@ -29,20 +29,16 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
-import json
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from helpers import validate
 from helpers.errors import ConfigError, PortInUseError, RouterNotInstalledError, ServerStartError, StartupTimeoutError
-from helpers.paths import build_dir
 from helpers.route.command import (
     WORKER_STARTUP_TIMEOUT_S,
     build_router_launch,
@@ -118,11 +114,6 @@ class VLLMRouter(ServerAccess):
     def api_key(self) -> str:
         return self._key or "not-needed"
 
-    @property
-    def metrics_url(self) -> str:
-        """vllm-router's own Prometheus page (requests per worker, retries, ...), on 127.0.0.1."""
-        return f"http://{LOOPBACK}:{self.metrics_port}/metrics"
-
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -160,9 +151,7 @@ class VLLMRouter(ServerAccess):
                                      # the router gives up on a silent replica first, so its log can say which
                                      replicas_timeout_s=max(1, min(WORKER_STARTUP_TIMEOUT_S,
                                                                    int(self.config.startup_timeout_s / 2))))
-        folder = Path(self.config.log_dir) if self.config.log_dir else build_dir("server-logs")
-        folder.mkdir(parents=True, exist_ok=True)
-        self.log_path = folder / f"vllm-router-{datetime.now():%Y%m%d-%H%M%S-%f}-port{self.port}.log"
+        self.log_path = process.new_log_path(self.config.log_dir, self.port, name="vllm-router")
         if not quiet:
             print(f"starting vllm-router ({self.policy}) on {self.url} in front of {', '.join(self.replica_urls)}",
                   flush=True)
@@ -183,18 +172,8 @@ class VLLMRouter(ServerAccess):
 
     def stop(self, timeout: float = STOP_GRACE_S) -> group.GroupEnd | None:
         """Stop the router (SIGTERM, ``timeout`` s, SIGKILL) and remove its files; safe to call twice.
-        The replicas keep running: stop them on their own."""
-        running, ended = self.process, None
-        if running is not None and (running.poll() is None or group.members(running.pid)):
-            if self._guard is not None and self._guard.poll() is None:
-                self._guard.send_signal(signal.SIGUSR1)  # a stop on purpose: no death note
-            ended = process.stop_server_processes(running, timeout, self._temp_dir)
-        if self._guard is not None and not (ended and ended.left):
-            try:
-                self._guard.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._guard.kill()
-                self._guard.wait()
+        The replicas keep running: stop them on their own. A second Ctrl-C kills what is left at once."""
+        ended = process.stop_started(self.process, self._guard, timeout, self._temp_dir)
         _LIVE.discard(self)
         return ended
 
@@ -204,20 +183,11 @@ class VLLMRouter(ServerAccess):
         while True:
             if self.process.poll() is not None:
                 self._fail("exited during start-up")
-            if self._answers():
+            if process.answers_as_ours(self):  # healthy, the replicas' model, and its own port
                 return
             if time.monotonic() > deadline:
                 self._fail(f"was not ready after {self.config.startup_timeout_s:.0f} s", timeout=True)
             time.sleep(0.2)
-
-    def _answers(self) -> bool:
-        """Healthy, lists the replicas' model, and the port is its own (not another program's)."""
-        try:
-            self.get("/health", timeout=2)
-            names = {entry.get("id") for entry in json.loads(self.get("/v1/models", timeout=5)).get("data", [])}
-        except (OSError, ValueError):
-            return False
-        return self.model_name in names and process.listens_on(self.process.pid, self.port)
 
     def _fail(self, what: str, timeout: bool = False) -> None:
         text = self.log_text()
@@ -250,7 +220,9 @@ def choose_router_port(host: str, port: int | None, after: int | None = None) ->
     for candidate in range(first, first + 100):
         if port_free(host, candidate, strict=True):
             return candidate
-    raise PortInUseError(f"Ports {first}-{first + 99} are all in use on {host}.")
+    raise PortInUseError(f"Ports {first}-{first + 99} are all in use on {host} (often by routers or servers from "
+                         "earlier kernels). Stop those (stop_all_routers() in the kernel that started them, or "
+                         "restart that kernel), or pass port=... with a port you know is free.")
 
 
 def stop_all_routers() -> None:

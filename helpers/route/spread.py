@@ -9,7 +9,7 @@ computes a shared system prompt once *per replica*; a cache-aware router sends a
 prefix to the replica that already holds it, so the hit rate rises where the prefix lives.
 
 Leaves out: requests that failed on a replica (vLLM counts only finished ones in
-``vllm:request_success``), and anything the router itself measured (its own ``metrics_url``).
+``vllm:request_success``), and anything the router itself measured (its own Prometheus page).
 
 Example::
 

@@ -176,7 +176,7 @@ def _wait_gone(session: int, spared: set[int], timeout: float,
 
 
 def remove_files(paths: set[str]) -> int:
-    """Unlink the shared-memory objects of a server that is gone; returns how many were left."""
+    """Unlink the shared-memory objects of a server that is gone; returns how many it unlinked."""
     removed = 0
     for path in paths:
         try:

@@ -7,11 +7,12 @@
   ends the server when the Python process that started it is gone (a killed kernel runs no
   clean-up code of its own) or when one of the server's own processes dies;
 - :func:`stop_server_processes` ends every process of the session (:mod:`helpers.serve.group`)
-  and removes the server's files;
+  and removes the server's files; :func:`stop_started` is the whole stop (watchdog told, a second
+  Ctrl-C honoured) that a server and a router both run;
 - :func:`listens_on` (through :func:`tcp_connections`) and :func:`loaded_kernel_libraries` look at
   the running processes.
 
-Used by :class:`helpers.serve.server.VLLMServer`.
+Used by :class:`helpers.serve.server.VLLMServer` and :class:`helpers.route.router.VLLMRouter`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,6 +107,29 @@ def stop_server_processes(process: subprocess.Popen[bytes], timeout: float, temp
     return ended
 
 
+def stop_started(running: subprocess.Popen[bytes] | None, guard: subprocess.Popen[bytes] | None, timeout: float,
+                 temp_dir: Path | None) -> GroupEnd | None:
+    """Stop a process this kernel started (SIGTERM, ``timeout`` s, SIGKILL) and its watchdog ``guard``;
+    None when nothing was left to stop. A second Ctrl-C during the wait kills what is left at once,
+    then goes through: a learner who presses it twice wants the cell back, not a process left behind."""
+    ended = None
+    if running is not None and (running.poll() is None or group.members(running.pid)):
+        if guard is not None and guard.poll() is None:
+            guard.send_signal(signal.SIGUSR1)  # a stop on purpose: no death note
+        try:
+            ended = stop_server_processes(running, timeout, temp_dir)
+        except KeyboardInterrupt:
+            stop_server_processes(running, 0.0, temp_dir)
+            raise
+    if guard is not None and not (ended and ended.left):
+        try:  # with processes left, the watchdog stays: it ends them once this kernel is gone
+            guard.wait(timeout=5)  # it leaves once the process's last child is gone
+        except subprocess.TimeoutExpired:
+            guard.kill()
+            guard.wait()
+    return ended
+
+
 def death_of(server: Any, wait_s: float = 3.0) -> str | None:
     """``"server died: exit code N"`` (with what the watchdog saw, where it wrote it) once the
     server's API process has exited, or exits within ``wait_s``; None while it runs, or for a
@@ -186,9 +211,9 @@ def loaded_kernel_libraries(pid: int) -> set[str]:
     return found
 
 
-def new_log_path(log_dir: Path | None, port: int) -> Path:
-    """A fresh log file's path in ``log_dir`` (default ``build/server-logs``)."""
+def new_log_path(log_dir: Path | None, port: int, name: str = "vllm") -> Path:
+    """A fresh log file's path in ``log_dir`` (default ``build/server-logs``), named after ``name`` and ``port``."""
     folder = Path(log_dir) if log_dir else build_dir("server-logs")
     folder.mkdir(parents=True, exist_ok=True)
     # Microseconds keep two servers started in the same second (two kernels) from sharing a log.
-    return folder / f"vllm-{datetime.now():%Y%m%d-%H%M%S-%f}-port{port}.log"
+    return folder / f"{name}-{datetime.now():%Y%m%d-%H%M%S-%f}-port{port}.log"

@@ -26,7 +26,6 @@ Example::
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -54,10 +53,7 @@ class VLLMServer(ServerAccess):
     """One vLLM server process. Create it with a config, then ``start()`` (or ``with``)."""
 
     def __init__(self, config: ServerConfig | None = None, **settings: Any) -> None:
-        known = [f.name for f in fields(ServerConfig)]
-        if unknown := sorted(set(settings) - set(known)):
-            raise ConfigError(f"{', '.join(unknown)} is not a server setting; the settings are {', '.join(known)}.")
-        self.config = replace(config or ServerConfig(), **settings)
+        self.config = with_settings(config, settings)
         self.process: subprocess.Popen[bytes] | None = None
         self.device: Device | None = None
         self.model_name: str | None = None  # what clients send as ``model=``
@@ -151,7 +147,7 @@ class VLLMServer(ServerAccess):
         preflight.check_device_options(self.config, self.device)
         preflight.check_memory(self.config, self.device, starting_with_gib)
         self._choice = resolve_model(self.config.model)
-        preflight.check_model_device(self._choice, self.device)
+        preflight.check_model_device(self._choice, self.device, self.config.gpu_memory_utilization)
         self.config, why = preflight.with_serving_dtype(self.config, self.device)
         if why:
             say(why)
@@ -198,21 +194,9 @@ class VLLMServer(ServerAccess):
         """Stop the server and every process it started, and remove its files; safe to call twice.
         Returns once the last process is gone (SIGTERM, ``timeout`` s, SIGKILL) with what it took
         (``print(server.stop())``); a second Ctrl-C kills what is left at once, then goes through."""
-        running, ended = self.process, None
-        if running is not None and (running.poll() is None or group.members(running.pid)):
-            if self._guard is not None and self._guard.poll() is None:
-                self._guard.send_signal(signal.SIGUSR1)  # a stop on purpose: no death note
-            try:
-                ended = self.last_stop = process.stop_server_processes(running, timeout, self._temp_dir)
-            except KeyboardInterrupt:
-                process.stop_server_processes(running, 0.0, self._temp_dir)
-                raise
-        if self._guard is not None and not (ended and ended.left):
-            try:  # with processes left, the watchdog stays: it ends them once this kernel is gone
-                self._guard.wait(timeout=5)  # it leaves once the server's last process is gone
-            except subprocess.TimeoutExpired:
-                self._guard.kill()
-                self._guard.wait()
+        ended = process.stop_started(self.process, self._guard, timeout, self._temp_dir)
+        if ended is not None:
+            self.last_stop = ended
         LIVE.discard(self)
         return ended
 
@@ -290,6 +274,14 @@ class VLLMServer(ServerAccess):
 def start_server(config: ServerConfig | None = None, *, quiet: bool = False, **settings: Any) -> VLLMServer:
     """Create and start a server in one call; use it in a ``with`` block or call ``stop()``."""
     return VLLMServer(config, **settings).start(quiet=quiet)
+
+
+def with_settings(config: ServerConfig | None, settings: dict[str, Any]) -> ServerConfig:
+    """``config`` (default :class:`ServerConfig`) with ``settings`` on top; a name it lacks is refused with the list."""
+    known = [f.name for f in fields(ServerConfig)]
+    if unknown := sorted(set(settings) - set(known)):
+        raise ConfigError(f"{', '.join(unknown)} is not a server setting; the settings are {', '.join(known)}.")
+    return replace(config or ServerConfig(), **settings)
 
 
 def progress_printer(began: float, label: str = "") -> Say:
