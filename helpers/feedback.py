@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,8 +83,12 @@ def grade_number(answer: object, expected: float, *, name: str, rel_tol: float =
     answer_audit.expect(name, expected, digits=audit_digits, since=audit_since)
     if answer is None:
         return Feedback(None, f"{name}: not answered yet (set `answer` above and run the cell again).")
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(float(answer)):
+    # numbers.Real takes numpy's integers and floats (a sum over an array is np.int64) and leaves out numpy's
+    # bool; Python's bool is an int, so it is refused by name: a yes/no is never a count
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real) or not math.isfinite(float(answer)):
         return Feedback(False, f"{name}: expected a finite number, got {type(answer).__name__} {answer!r}.")
+    if isinstance(answer, numbers.Integral):
+        answer = int(answer)
     if math.isclose(float(answer), float(expected), rel_tol=rel_tol, abs_tol=abs_tol):
         return Feedback(True, f"{name}: correct ({_format(expected)}).")
     direction = "high" if answer > expected else "low"

@@ -10,8 +10,6 @@ Example::
     ('34.1 µs', '1.67 ms', '32.5 ms', '14.8 s', '150 s')
     >>> share(0.26), share(0.0143), share(0.00023), share(0.0)
     ('26%', '1.4%', '0.023%', '0%')
-    >>> gib_as_logged(128 * 2**30, rounding_bytes=0.05 * 2**30), gib_as_logged(127.95 * 2**30, 0.005 * 2**30)
-    ('128.0 GiB', '127.95 GiB')
 """
 
 from __future__ import annotations
@@ -43,9 +41,3 @@ def share(fraction: float) -> str:
     decimals = max(0, 1 - math.floor(math.log10(abs(percent))))
     return f"{percent:.{decimals}f}%"
 
-
-def gib_as_logged(num_bytes: float, rounding_bytes: float) -> str:
-    """Bytes in GiB with as many decimals as a log that rounded them to within ``rounding_bytes``
-    printed (vLLM 0.26's GPU worker logs its KV pool as e.g. "128.0 GiB": rounded to 0.05 GiB)."""
-    decimals = max(0, round(-math.log10(2 * rounding_bytes / 2**30))) if rounding_bytes else 2
-    return f"{num_bytes / 2**30:.{decimals}f} GiB"

@@ -124,6 +124,34 @@ class KeepsBlocksWhenRefused(Solution):
         return admitted
 
 
+class KeysOnOwnTokens(Solution):
+    """Keys a full block on its own tokens, not on the whole prefix up to its end."""
+
+    def allocate(self, request_id, prompt_token_ids):
+        bs, tokens = self.block_size, list(prompt_token_ids)
+        keys = [tuple(tokens[i * bs:(i + 1) * bs]) for i in range(len(tokens) // bs)]
+        shared = []
+        for key in keys:
+            if key not in self.prefix_blocks:
+                break
+            shared.append(self.prefix_blocks[key])
+        if -(-len(tokens) // bs) - len(shared) > len(self.free_blocks):
+            return False
+        for block in shared:
+            self.ref_count[block] += 1
+        table = list(shared)
+        for i in range(len(shared), -(-len(tokens) // bs)):
+            block = self.free_blocks.pop(0)
+            self.ref_count[block] = 1
+            if i < len(keys):
+                self.prefix_blocks[keys[i]] = block
+                self.block_key[block] = keys[i]
+            table.append(block)
+        self.block_tables[request_id] = table
+        self.num_tokens[request_id] = len(tokens)
+        return True
+
+
 def test_the_solution_agrees_with_the_course_on_every_trace():
     verdict = grade_allocator(Solution)
     assert verdict.ok is True, verdict.message
@@ -176,3 +204,22 @@ def test_hints_come_one_at_a_time_then_point_to_the_solution(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line[:12] for line in lines[:4]] == [f"💡 Hint {i} of 4"[:12] for i in range(1, 5)]
     assert "docs/solutions/paged_allocator.py" in lines[4]
+
+
+def test_a_key_made_of_the_blocks_own_tokens_is_caught_and_told_to_stand_for_the_whole_prefix():
+    # x = A+B, y = C+B, w = A+B: w must share x's B; keyed on B alone it takes y's (the reviewer's [0, 4, 6])
+    message = grade_allocator(KeysOnOwnTokens).message
+    assert "On the second trace, step 3 (allocate 'w'" in message
+    assert "block 1 of 'w' is the same block as block 1 of 'y' in yours" in message
+    assert "the same block as block 1 of 'x' in the course's" in message
+    assert "The key stands for the whole prefix" in message
+
+
+def test_a_hand_trace_repeats_a_blocks_tokens_after_another_prefix():
+    bs = 4
+    for trace in check_traces()[:2]:
+        assert trace.block_size == bs
+    prompts = [op.tokens for op in check_traces()[1].ops if op.kind == "allocate"]
+    blocks = [(p[:(i + 1) * bs], p[i * bs:(i + 1) * bs]) for p in prompts for i in range(len(p) // bs)]
+    assert any(own == other_own and prefix != other_prefix
+               for prefix, own in blocks for other_prefix, other_own in blocks)

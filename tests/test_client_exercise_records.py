@@ -84,3 +84,22 @@ def test_the_check_of_a_run_with_a_malformed_record_reads_not_yet():
     described = compare_clients(records_run).describe()
     assert described.startswith("Not yet") and "look at the errors" in described
 
+
+
+def test_not_yet_names_the_failed_records_reasons_counted():
+    workload = Workload(tuple(RequestSpec(i, f"request {i}", 2, MAX_TOKENS) for i in range(4)), (2,), MAX_TOKENS, 0,
+                        "t")
+    spoil = {0: {"tokens": 2}, 1: {"tokens": 2}, 2: {"end": time.perf_counter}}
+    learner_run = asyncio.run(run_learner_client(learner(spoil), nowhere(), workload, timeout_s=30))
+    described = compare_clients(learner_run).describe()
+    assert described.startswith("Not yet") and "look at the errors" in described
+    assert f"3 of 4 requests failed: asked for {MAX_TOKENS} tokens, the record says 2 (2)" in described
+    assert "`end` is a function, not a number" in described and "(1)" in described
+    assert "small.learner.run.records" in described  # where to read every record's error
+
+
+def test_the_learners_run_is_stamped_in_utc_with_the_machine_it_ran_on():
+    workload = Workload((RequestSpec(0, "request 0", 2, MAX_TOKENS),), (2,), MAX_TOKENS, 0, "t")
+    run = asyncio.run(run_learner_client(learner({}), nowhere(), workload, timeout_s=30)).run
+    assert run.started_at.endswith("+00:00")  # ISO 8601, UTC, as LoadTestRun documents
+    assert run.hardware and run.cpu_cores

@@ -34,3 +34,16 @@ def test_checks_print_one_marked_line(capsys):
     assert check_number(3, 3, name="blocks") is None
     check_choice("b", "b", name="q", options=("a", "b"), why="because")
     assert capsys.readouterr().out.splitlines() == ["✅ blocks: correct (3).", "✅ q: correct. because"]
+
+
+def test_numpy_numbers_are_numbers_and_numpy_bools_are_not():
+    import numpy as np
+
+    pages = np.array([100, 300])
+    assert grade_number(((pages + 127) // 128).sum(), 4, name="blocks").ok is True  # np.int64, as a notebook sums it
+    assert grade_number(np.int32(4), 4, name="blocks").ok is True
+    assert grade_number(np.float32(4.0), 4, name="blocks").ok is True
+    assert "too high" in grade_number(np.int64(5), 4, name="blocks").message
+    assert "finite number" in grade_number(np.float32("nan"), 4, name="blocks").message
+    for yes in (np.bool_(True), True):
+        assert grade_number(yes, 1, name="blocks").ok is False

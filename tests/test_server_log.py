@@ -157,3 +157,27 @@ def test_every_named_group_of_a_pattern_reaches_the_advice():
     # placeholder would capture words the advice never shows.
     for cause, pattern, advice in _CAUSES:
         assert set(re.findall(r"\{(\w+)\}", advice)) == set(re.compile(pattern).groupindex), cause
+
+
+@pytest.mark.parametrize(("logged", "low", "high"), [("128.0", 127.995, 128.005), ("0.5", 0.495, 0.505),
+                                                     ("127.96", 127.955, 127.965)])
+def test_the_workers_pool_line_is_rounded_to_hundredths_however_many_decimals_it_shows(logged, low, high):
+    # vLLM's format_gib is f"{round(b / GiB_bytes, 2)}": "128.0" is 128.00 with its trailing zero dropped
+    log = (f"INFO [gpu_worker.py:560] Available KV cache memory: {logged} GiB\n"
+           "INFO GPU KV cache size: 1,000 tokens\nINFO Maximum concurrency for 100 tokens per request: 10.00x\n")
+    report = parse_kv_cache_report(log)
+    assert report.memory_rounding_bytes == round(0.005 * 2**30)
+    span = ((report.memory_bytes - report.memory_rounding_bytes) / 2**30,
+            (report.memory_bytes + report.memory_rounding_bytes) / 2**30)
+    assert span == pytest.approx((low, high), abs=1e-9)
+
+
+def test_the_hand_check_of_a_pool_logged_as_128_0_gib_names_the_hundredths_it_stands_for():
+    from helpers.paged.kv_math import check_pool
+
+    log = ("INFO Available KV cache memory: 128.0 GiB\nINFO GPU KV cache size: 5,965,296 tokens\n"
+           "INFO Maximum concurrency for 2,048 tokens per request: 2912.74x\n")
+    report = parse_kv_cache_report(log, {"num_gpu_blocks": "372831", "block_size": "16"})
+    text = check_pool(report, 23_040).describe()  # SmolLM2 in bfloat16
+    assert "anything from 127.995 to 128.005 GiB prints as 128.0 GiB" in text
+    assert "The log gives the pool as 128.0 GiB" in text

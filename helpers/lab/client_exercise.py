@@ -32,11 +32,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+from helpers.hardware import describe_machine, detect_cpu
 from helpers.load.client import RequestRecord
 from helpers.load.run import LoadTestRun, server_facts
-from helpers.load.summary import peak_overlap
+from helpers.load.summary import describe_failures, peak_overlap
 
 # Against the harness's clock: the learner's last token comes before send_one returns, by the stream's closing
 # chunks only (milliseconds), so a right client reads 1.00-1.01x; ending the clock at the first token reads far more.
@@ -68,6 +70,7 @@ async def run_learner_client(send_one: SendOne, target: Any, workload: Any, *, t
     client = AsyncOpenAI(base_url=target.base_url, api_key=getattr(target, "api_key", "not-needed"), max_retries=0,
                          timeout=timeout_s)
     before = await _server_view(target)
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as run_load_test stamps its runs
     began = time.perf_counter()
     try:
         results = await asyncio.gather(*(_guarded(send_one, client, target.model_name, spec, timeout_s)
@@ -77,8 +80,8 @@ async def run_learner_client(send_one: SendOne, target: Any, workload: Any, *, t
     harness_wall_s = max(returned for _, returned in results) - began
     records = [_record(spec, result, began) for spec, (result, _) in zip(workload.requests, results)]
     wall_s = max((r.done_s for r in records if r.ok), default=harness_wall_s)  # to the last token
-    run = LoadTestRun("your client", {**workload.settings(), "client": "learner"}, server_facts(target), "",
-                      time.strftime("%Y-%m-%dT%H:%M:%S"), wall_s, records)
+    run = LoadTestRun("your client", {**workload.settings(), "client": "learner"}, server_facts(target),
+                      describe_machine(), started_at, wall_s, records, cpu_cores=detect_cpu().cores)
     after = await _server_view(target, settle_s=0.5)  # a request's last metrics land just after its last chunk
     tokens = ttft = None
     if before is not None and after is not None:
@@ -182,6 +185,7 @@ class ClientCheck:
     course_ttft_ratio: float | None = None  # learner's TTFT p50 / the course tester's
     first_is_last: bool = False  # every "first token" came with the last one: timed after the stream, not in it
     one_at_a_time: bool = False  # no two requests were in flight at once (a lock, or a blocking client in async code)
+    failures: str | None = None  # the failed records' errors, counted (helpers.load.summary.describe_failures)
 
     @property
     def ttft_agrees(self) -> bool:
@@ -199,7 +203,12 @@ class ClientCheck:
 
     def describe(self) -> str:
         if not self.accounted:
-            return "Not yet: some requests have no successful record; look at the errors of your run."
+            # the reasons _record wrote are what the learner must fix: say them, not only that there are some
+            return ("Not yet: some requests have no successful record; look at the errors of your run. "
+                    + (f"{self.failures} " if self.failures else "")
+                    + "Each reason (in brackets: how many requests gave it) is the `error` of a record your "
+                    "send_one returned, or what it raised; every record, "
+                    "with its `error`, is in the run's `records` (in the lab: `small.learner.run.records`).")
         if not self.same_tokens:
             return ("Not yet: your records count other output tokens than the server generated; read "
                     "usage.completion_tokens.")
@@ -247,7 +256,8 @@ def compare_clients(learner: LearnerRun, course: LoadTestRun | None = None) -> C
                        course_throughput_ratio=ratio(mine.output_tok_per_s, theirs and theirs.output_tok_per_s),
                        course_ttft_ratio=ratio(mine.ttft_p50_s, theirs and theirs.ttft_p50_s),
                        first_is_last=_first_is_last(learner.run.records),
-                       one_at_a_time=_one_at_a_time(learner.run.records))
+                       one_at_a_time=_one_at_a_time(learner.run.records),
+                       failures=describe_failures(learner.run.records, max_reasons=5))
 
 
 def _one_at_a_time(records: list[RequestRecord]) -> bool:

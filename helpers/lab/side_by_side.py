@@ -63,7 +63,7 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
     repetition r of each setting (the order flipped every repetition) before repetition r + 1.
 
     ``kv_cache_space_gib``: each server's KV pool (default :func:`lab_kv_gib`: what the plan's load
-    needs, with room to spare); vLLM's default would give the first server 90% of the GPU and leave
+    needs, with room to spare); vLLM's default would give the first server 92% of the GPU and leave
     the next none. On a GPU each server also gets an equal share of ``gpu_memory_utilization``
     (notebook 06's replicas' rule, ``helpers.serve.config.GPU_SHARE``): vLLM checks at start-up that
     its utilization's share of the GPU is free, whatever KV pool it is given.

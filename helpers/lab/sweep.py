@@ -115,8 +115,8 @@ def default_max_model_len() -> int | None:
 
 def fit_to_pace(device: str) -> Fit:
     """A ``fit`` for :func:`run_sweep`: time this machine on the first server (a few seconds) and,
-    where it is slower than the course's reference, send fewer output tokens and repetitions;
-    prints what it changed."""
+    where it is slower than the course's reference, send fewer output tokens (down to 32 at half its pace) and,
+    below three quarters of its pace, fewer repetitions; prints what it changed."""
 
     async def fit(server: Any, plan: SweepPlan) -> SweepPlan:
         pace = await measure_pace(server)

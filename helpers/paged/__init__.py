@@ -17,5 +17,6 @@ animation, ``animate_allocator``), ``capacity_plots`` (capacity bars, live KV bl
 
 Notebook glue: ``explain`` (the notebook's findings in sentences and tables built from its numbers:
 ``explain_waste``, ``explain_capacity``, ``explain_prefix_hits``); ``exercises`` (pure ``grade_*`` and printing ``check_*``, via ``helpers.feedback``);
-``allocator_exercise`` (the learner's allocate / append / free, replayed step by step against ``PagedKVCache``).
+``allocator_exercise`` (the learner's allocate / append / free, replayed step by step against ``PagedKVCache``
+on the traces of ``allocator_traces``).
 """

@@ -6,11 +6,12 @@ The learner's class (the notebook's ``MyAllocator`` scaffold) keeps plain state 
 prompt_token_ids)`` and ``append(request_id, token_id)`` return True, or False when the pool is out of
 blocks (changing nothing); ``free(request_id)`` gives the request's references back.
 
-:func:`grade_allocator` replays a short hand-made trace, then seeded random ones (interleaved allocations,
-appends and frees; prompts that share whole-block system prompts; pools that run out) against the learner's
-class and against the course's ``PagedKVCache(enable_prefix_caching=True)``, comparing after every step what
-was admitted, blocks free, each request's blocks, which of them are shared, and reference counts. It stops at
-the first difference and says it in words. Block ids are not compared: any free block will do.
+:func:`grade_allocator` replays the traces of :mod:`helpers.paged.allocator_traces` (two short hand-made ones,
+then seeded random ones: interleaved allocations, appends and frees; prompts that share whole-block system
+prompts; pools that run out) against the learner's class and against the course's
+``PagedKVCache(enable_prefix_caching=True)``, comparing after every step what was admitted, blocks free, each
+request's blocks, which of them are shared, and reference counts. It stops at the first difference and says it
+in words. Block ids are not compared: any free block will do.
 
 The course's allocator keeps a freed prefix block as *cached* (revived by a later matching prompt): cached
 blocks count as free here. It also shares full blocks that decoding filled, which the traces never ask for.
@@ -19,98 +20,13 @@ A solution: ``docs/solutions/paged_allocator.py``.
 
 from __future__ import annotations
 
-import random
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from helpers.feedback import Feedback, Hints, graded, show
+from helpers.paged.allocator_traces import AllocatorTrace, Op, check_traces
 from helpers.paged.cache import PagedKVCache
 from helpers.paged.kv_math import blocks_for
-
-VOCAB = 32_000
-
-
-@dataclass(frozen=True)
-class Op:
-    """One step of a trace: ``allocate`` (tokens: the prompt), ``append`` (tokens: the one new token) or ``free``."""
-
-    kind: str
-    request_id: str
-    tokens: tuple[int, ...] = ()
-
-    def __str__(self) -> str:
-        if self.kind == "allocate":
-            return f"allocate {self.request_id!r} ({len(self.tokens)} tokens)"
-        return f"append to {self.request_id!r}" if self.kind == "append" else f"free {self.request_id!r}"
-
-
-@dataclass(frozen=True)
-class AllocatorTrace:
-    name: str
-    block_size: int
-    num_blocks: int
-    ops: tuple[Op, ...]
-
-
-def story_trace() -> AllocatorTrace:
-    """The check's first trace, short enough to follow by hand: blocks of 4, a pool of 8.
-
-    'a', 'b' and 'c' share a two-block system prompt ('b' and 'c' are the same prompt, but their partly filled
-    last blocks are their own); 'd' is that prompt exactly, so its first append needs a block; 'e' takes the whole
-    pool, so 'f' is refused and 'e''s third append finds no block.
-    """
-    system = tuple(range(100, 108))
-    ops = [Op("allocate", "a", system + (1, 2, 3)), Op("allocate", "b", system + (4, 5)),
-           Op("allocate", "c", system + (4, 5)), Op("append", "a", (6,)), Op("append", "a", (7,)), Op("free", "a"),
-           Op("allocate", "d", system), Op("append", "d", (8,)), Op("free", "b"), Op("free", "c"), Op("free", "d"),
-           Op("allocate", "e", tuple(range(200, 230))), Op("allocate", "f", (9, 9, 9)), Op("append", "e", (10,)),
-           Op("append", "e", (11,)), Op("append", "e", (12,))]
-    return AllocatorTrace("the first trace", 4, 8, tuple(ops))
-
-
-def random_allocator_trace(seed: int, block_size: int = 4, num_blocks: int = 10, num_ops: int = 60) -> AllocatorTrace:
-    """Seeded ops: new requests (a third start with a system prompt of 1-3 whole blocks), appends, frees.
-
-    The course's allocator decides, as the trace is drawn, which requests are live: only those get appends and frees.
-    """
-    rng = random.Random(seed)
-    systems = [tuple(rng.randrange(VOCAB) for _ in range(block_size * k)) for k in (1, 2, 3)]
-    cache = PagedKVCache(num_blocks, block_size, enable_prefix_caching=True)
-    live: list[str] = []
-    ops: list[Op] = []
-    for _ in range(num_ops):
-        roll = rng.random()
-        if not live or roll < 0.3:
-            rid = _name(sum(op.kind == "allocate" for op in ops))
-            system = rng.choice(systems) if rng.random() < 0.6 else ()
-            own = tuple(rng.randrange(VOCAB) for _ in range(rng.randint(0 if system else 1, 2 * block_size)))
-            ops.append(Op("allocate", rid, system + own))
-            if cache.can_allocate(system + own):
-                cache.allocate(rid, system + own)
-                live.append(rid)
-        elif roll < 0.85:
-            rid, token = rng.choice(live), rng.randrange(VOCAB)
-            ops.append(Op("append", rid, (token,)))
-            if cache.can_append(rid):
-                cache.append(rid, token)
-        else:
-            rid = rng.choice(live)
-            ops.append(Op("free", rid))
-            cache.free(rid)
-            live.remove(rid)
-    return AllocatorTrace(f"random trace {seed} (blocks of {block_size}, a pool of {num_blocks})",
-                          block_size, num_blocks, tuple(ops))
-
-
-def check_traces() -> list[AllocatorTrace]:
-    """The traces the check replays, in order."""
-    sizes = ((4, 10), (4, 6), (2, 12), (16, 8), (4, 10), (8, 7))
-    return [story_trace()] + [random_allocator_trace(seed, bs, n) for seed, (bs, n) in enumerate(sizes)]
-
-
-def _name(i: int) -> str:
-    return chr(ord("a") + i) if i < 26 else f"r{i}"
 
 
 # ----- what the two allocators hold, in comparable form ---------------------------------------------
@@ -162,10 +78,11 @@ def _common_blocks(prompt: tuple[int, ...], held: list[int], block_size: int, fu
 
 
 def _compare(mine: Any, cache: PagedKVCache, op: Op, answer: Any, expected: bool, live: list[str],
-             why: str, num_blocks: int) -> str | None:
+             why: str, num_blocks: int, tokens: dict[str, list[int]]) -> str | None:
     """The first way the learner's allocator differs from the course's after `op`, in words; None if none.
 
-    `why` says why the course's allocator admitted or refused an allocation, from the pool before it."""
+    `why` says why the course's allocator admitted or refused an allocation, from the pool before it; `tokens`: what
+    each live request holds."""
     free, tables = cache.num_free_blocks + cache.num_cached_blocks, {rid: cache.block_table(rid) for rid in live}
     if op.kind != "free" and answer is not True and answer is not False:
         return f"{op.kind} returned {answer!r}: return True when it succeeds, False when the pool is out of blocks."
@@ -209,6 +126,12 @@ def _compare(mine: Any, cache: PagedKVCache, op: Op, answer: Any, expected: bool
             if a != b:
                 def say(s):
                     return f"the same block as block {s[1]} of {s[0]!r}" if s else "a block of its own"
+                bs, own = cache.block_size, tokens[rid]
+                other = tokens[a[0]][:(a[1] + 1) * bs] if a else []
+                if other[-bs:] == own[i * bs:(i + 1) * bs] and other != own[:(i + 1) * bs]:
+                    return (f"block {i} of {rid!r} is {say(a)} in yours, {say(b)} in the course's: they hold the same "
+                            "tokens, but after different ones. The key stands for the whole prefix, "
+                            "tuple(tokens[:(i + 1) * block_size]), not for the block's own tokens.")
                 return (f"block {i} of {rid!r} is {say(a)} in yours, {say(b)} in the course's. Only full prompt "
                         "blocks whose whole prefix matches are shared; a partly filled block never is.")
     counts = Counter(b for t in mine_tables.values() for b in t)
@@ -257,7 +180,7 @@ def _replay(cls: Any, trace: AllocatorTrace) -> Feedback | None:
             tokens.setdefault(op.request_id, []).extend(op.tokens)
         elif op.kind == "free":
             del tokens[op.request_id]
-        problem = _compare(mine, cache, op, answer, expected, live, why, trace.num_blocks)
+        problem = _compare(mine, cache, op, answer, expected, live, why, trace.num_blocks, tokens)
         if problem:
             before = "; ".join(f"{i} {o}" for i, o in enumerate(trace.ops[max(0, step - 6):step - 1], max(1, step - 5)))
             return Feedback(False, f"{where}: {problem}" + (f"\n   The steps before: {before}." if before else ""))

@@ -2,7 +2,8 @@
 
 Taught in the PagedAttention notebook (``notebooks/03_paged_attention.ipynb``). Given a
 server's :class:`~helpers.serve.log.KVCacheReport` and a length mix (the lab's: prompts of
-:data:`helpers.load.workload.LAB_PROMPT_LENS` tokens, 64 output tokens, 50 requests), how
+:data:`helpers.load.workload.LAB_PROMPT_LENS` tokens of text, 64 output tokens, 50 requests; :func:`chat_mix`
+counts each prompt inside the chat template, as the server does), how
 many requests hold their KV memory at once when each reserves ``max_model_len`` contiguous
 slots (the naive scheme), exactly its own prompt + max_tokens (the best a contiguous scheme
 can do), or whole blocks of ``block_size`` tokens (paged). A request is counted at its
@@ -27,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import cycle, islice
+from typing import Any
 
 from helpers.errors import InvalidArgumentError
 from helpers.load.workload import (
     DEFAULT_NUM_REQUESTS,
     DEFAULT_OUTPUT_TOKENS,
     LAB_PROMPT_LENS,
+    build_workload,
 )
 from helpers.paged.kv_math import blocks_for
 from helpers.serve.log import KVCacheReport
@@ -56,7 +59,19 @@ class LengthMix:
         return [p + self.output_len for p in islice(cycle(self.prompt_lens), n)]
 
 
-LAB_MIX = LengthMix()  # the lab's 50 concurrent chats
+LAB_MIX = LengthMix()  # the lab's 50 concurrent chats, their text's tokens only (chat_mix adds the template's)
+
+
+def chat_mix(tokenizer: Any, output_len: int, mix: LengthMix = LAB_MIX) -> LengthMix:
+    """``mix`` with each prompt counted as the server counts it: a prompt of ``prompt_lens[i]`` tokens of text,
+    made as the lab makes its prompts, inside the chat template (``usage.prompt_tokens``: 30 tokens more for
+    SmolLM2's template, 16 -> 46). A block's empty tail depends on these lengths, not on the text's.
+
+    ``tokenizer``: a :class:`helpers.load.workload.ServerTokenizer` (``ServerTokenizer.of(server)``), or anything
+    with its ``encode``, ``decode`` and ``count_chat``."""
+    prompts = build_workload(tokenizer, num_requests=len(mix.prompt_lens), prompt_lens=mix.prompt_lens,
+                             output_tokens=output_len).requests
+    return LengthMix(tuple(tokenizer.count_chat(r.prompt) for r in prompts), output_len, mix.num_requests)
 
 
 @dataclass(frozen=True)

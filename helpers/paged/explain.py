@@ -130,10 +130,11 @@ def explain_capacity(rows: Sequence[Capacity], mix: LengthMix, max_model_len: in
     lines.append(f"With blocks of {paged.unit_slots}, {fits}; the pool could hold {paged.max_requests:,} requests of "
                  f"this mix, {paged.max_requests / naive.max_requests:.1f}x the naive {naive.max_requests:,}.")
     tail = paged.slots_per_request - exact.slots_per_request  # empty slots of last blocks, per request
+    tail_text = f"{tail:.0f}" if tail == 0 or tail >= 1 else f"{tail:.2g}"  # a few empty slots never read as 0
     compared = ("fewer requests of this mix than" if paged.max_requests < exact.max_requests
                 else "as many requests of this mix as")
     lines.append(f"With blocks of {paged.unit_slots}, {share(paged.token_share)} of the held slots hold tokens at full "
-                 f"length: the empty tails of last blocks cost {tail:.0f} slots per request on average, so paging holds "
+                 f"length: the empty tails of last blocks cost {tail_text} slots per request on average, so paging holds "
                  f"{compared} the contiguous row with exact reservations ({paged.max_requests:,} against "
                  f"{exact.max_requests:,}). That row is an ideal: it needs every client to state an exact max_tokens, "
                  "and no hole ever to form.")

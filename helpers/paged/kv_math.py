@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from helpers.errors import InvalidArgumentError
-from helpers.units import gib_as_logged
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1}
 
@@ -113,7 +112,7 @@ class PoolCheck:
                        f"{theirs} are {engine - low:+,} blocks from it: {_ELSEWISE}.")
             return f"{self.pool_bytes:,} bytes / {per_block} = {low:,} whole blocks = {low * bs:,} tokens: {verdict}"
         gib, mid = 2**30, self.pool_bytes // self.block_bytes
-        shown, off = gib_as_logged(self.pool_bytes, self.rounding_bytes), engine - mid
+        shown, off = gib_as_vllm_logs(self.pool_bytes), engine - mid
         gap = (f"{abs(off):,} block{'s' * (abs(off) != 1)} ({abs(off) * bs:,} tokens) {'short of' if off > 0 else 'over'}"
                if off else "exactly")
         head = (f"The log gives the pool as {shown}, and {shown} / {per_block} = {mid:,} whole blocks = "
@@ -127,6 +126,16 @@ class PoolCheck:
 
 # Why a hand count can miss: what the formula assumes (one dtype, unpadded blocks, every layer alike).
 _ELSEWISE = "the engine sized its pool differently from this formula (another dtype, padded blocks, or layers of another kind)"
+
+
+def gib_as_vllm_logs(num_bytes: float) -> str:
+    """Bytes in GiB as vLLM's GPU worker logs them (its ``format_gib``: ``round(b / GiB, 2)``, so a trailing zero
+    goes): a pool read from "128.0 GiB" shows as the log did, not as "128.00 GiB".
+
+    >>> gib_as_vllm_logs(128 * 2**30), gib_as_vllm_logs(127.95 * 2**30), gib_as_vllm_logs(0.5 * 2**30)
+    ('128.0 GiB', '127.95 GiB', '0.5 GiB')
+    """
+    return f"{round(num_bytes / 2**30, 2)} GiB"
 
 
 def check_pool(report: Any, bytes_per_token: int) -> PoolCheck | None:

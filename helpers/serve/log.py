@@ -233,9 +233,9 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
     The log line ("CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens per
     request: 45.50x") exists in every version the course supports; the metric labels add the
     block size and block count; the pool's bytes come from the metric where it has them,
-    else from the GPU worker's "Available KV cache memory: 113.66 GiB" line, which rounds it to the
-    decimals it prints ("127.95 GiB", but also "128.0 GiB"): ``memory_rounding_bytes`` says by how much
-    (0.005 GiB for two decimals, 0.05 for one; 0 for the metric's exact bytes).
+    else from the GPU worker's "Available KV cache memory: 113.66 GiB" line, which rounds it to two decimals
+    (vLLM's ``format_gib``, ``f"{round(b / GiB_bytes, 2)}"``, drops a trailing zero: "128.0 GiB" is 127.995-128.005
+    GiB): ``memory_rounding_bytes`` says by how much (0.005 GiB; 0 for the metric's exact bytes).
     """
     size = re.search(r"KV cache size: ([\d,]+) tokens", log_text)
     concurrency = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
@@ -247,10 +247,9 @@ def parse_kv_cache_report(log_text: str, cache_info: dict[str, str] | None = Non
     dtype = re.search(r"\bdtype=torch\.(\w+)", log_text)  # the engine's config line
     cache_dtype = info.get("cache_dtype") or _group(re.search(r"kv_cache_dtype=(\w+)", log_text))
     rounding = 0
-    if memory is None and available:  # the GPU worker's line, rounded to the decimals it prints
+    if memory is None and available:  # the GPU worker's line, rounded to 0.01 GiB however many decimals it shows
         memory = round(float(available.group(1)) * 2**30)
-        decimals = len(available.group(1).partition(".")[2])
-        rounding = round(0.5 * 10**-decimals * 2**30)
+        rounding = round(0.005 * 2**30)
     return KVCacheReport(
         num_tokens=_int(size.group(1)),
         num_blocks=_optional_int(info.get("num_gpu_blocks")),
