@@ -82,3 +82,23 @@ def test_on_a_gpu_the_long_side_is_a_group_that_fills_the_step_budget_up_to_the_
     gpu.config.max_num_seqs = 2  # a group never waits for a slot
     assert prefill_pair_for(gpu).long_group == 2
     assert prefill_pair_for(_Server(log, 2048)).long_group == 1  # not a GPU: lone prompts, as on a CPU
+
+
+def _lab2_server(log: str, device: str, max_num_seqs: int) -> _Server:
+    server = _Server(log, 2048)
+    server.device, server.config = device, type("Config", (), {"max_num_seqs": max_num_seqs})()
+    return server
+
+
+def test_lab_2s_cpu_clock_keeps_the_pair_its_recorded_runs_timed():
+    # lab 2 timed 32 against 512 tokens on a CPU before it took notebook 04's choice: the same pair, one prompt each
+    pair = prefill_pair_for(_lab2_server((LOGS / "ready_cpu.log").read_text(), "cpu", 8))
+    assert (pair.short, pair.long, pair.long_group) == (512 // 16, 512, 1)
+
+
+def test_lab_2s_gpu_clock_times_above_the_graphs_of_its_64_slot_server():
+    # the 64-slot server graphs steps up to 128 tokens (results/gpu/README.md): 32 against 512 measured the graph
+    log = ("non-default args: {'max_num_seqs': 64} ... Chunked prefill is enabled with max_num_batched_tokens=8192. "
+           "... 'max_cudagraph_capture_size': 128, ...")
+    pair = prefill_pair_for(_lab2_server(log, "cuda", 64))
+    assert pair.short > 128 and (pair.lens, pair.long_group) == ((256, 1024), 8)

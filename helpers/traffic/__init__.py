@@ -13,5 +13,7 @@ Modules (each listed as it lands):
   the measured decode step against the memory-bandwidth roofline (drawing);
 - ``vllm_bench``: `vllm bench serve` at one rate on the lab's server, read into the same figures as the course's (I/O);
 - ``bench_file``: `vllm bench serve` result files of vLLM 0.26 and 0.32 read as the course's records (pure);
-- ``vllm_cli``: vLLM's CLI run from Python on either build (``python -m helpers.traffic.vllm_cli bench serve``).
+- ``vllm_cli``: vLLM's CLI run from Python on either build (``python -m helpers.traffic.vllm_cli bench serve``);
+- ``exercises``: the lab's graded question on a slot's worth, or why a run that never overloaded a setting
+  cannot check it (notebook glue).
 """

@@ -22,14 +22,19 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from helpers import validate
 from helpers.files import write_atomically
+from helpers.hardware import describe_machine, detect_cpu
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload
 from helpers.traffic.rates import RatePoint, rate_point
 from helpers.traffic.sweep import check_rates, check_slo, check_up
+
+if TYPE_CHECKING:
+    from helpers.load.run import LoadTestRun
 
 ROOT = Path(__file__).resolve().parents[2]
 RESTART = ("run the cell that starts the server again (in lab 2, section 2's sweep, which leaves the smaller "
@@ -87,7 +92,7 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
     slo = check_slo(slo)
     seed = validate.non_negative_int(seed, "seed")
     from helpers.load.poller import scrape
-    from helpers.load.run import LoadTestRun, server_facts
+    from helpers.load.run import server_facts
     from helpers.serve.model import resolve_model
     from helpers.traffic.bench_file import arrival_args, bench_serve_args, read_bench_result, sharegpt_prompts
 
@@ -101,18 +106,34 @@ async def bench_at_rate(server: Any, rate: float, *, num_requests: int, burstine
             *bench_serve_args(server, workload, dataset, resolve_model(server.config.model).model, result,
                               arrival_args(rate, burstiness, seed, slo))]
     before = await asyncio.to_thread(scrape, server)
-    began = time.monotonic()
+    began, started = time.monotonic(), datetime.now(timezone.utc)
     await _run_tool(argv, folder / "vllm-bench-serve.log", timeout_s)
     tool_s = time.monotonic() - began
     after = await asyncio.to_thread(scrape, server)
     read = read_bench_result(json.loads(result.read_text()))
     if read.records is None:
         raise RuntimeError(f"{result} has no per-request records: was it saved without --save-detailed?")
-    run = LoadTestRun("vllm bench serve", {"request_rate": rate, "burstiness": burstiness}, server_facts(server),
-                      "", time.strftime("%Y-%m-%dT%H:%M:%S"), max(r.done_s for r in read.records), read.records)
+    run = bench_run(read.records, rate, burstiness, server_facts(server), started)
     label = setting_label or f"max_num_seqs={server.config.max_num_seqs}"
     point = rate_point(run, before, after, setting=label, offered_rate=rate, burstiness=burstiness, slo=slo)
     return BenchPoint(point, read.reported, read.layout, tool_s, result)
+
+
+def bench_run(records: list[Any], rate: float, burstiness: float, server: Any, started: datetime) -> LoadTestRun:
+    """The tool's records as a :class:`~helpers.load.run.LoadTestRun`, described as the course's own runs are:
+    this machine (``describe_machine``) and its start in ISO 8601, UTC (a naive ``started`` is taken as local
+    time), so a saved point says where and when it ran, whichever tool sent it.
+
+    >>> run = bench_run([], 1.0, 1.0, {}, datetime(2026, 12, 3, 9, 30, 5, 123, tzinfo=timezone.utc))
+    >>> run.started_at, run.hardware == describe_machine()
+    ('2026-12-03T09:30:05+00:00', True)
+    """
+    from helpers.load.run import LoadTestRun  # at call time, as bench_at_rate imports the load room
+
+    wall_s = max((r.done_s for r in records if r.done_s is not None), default=0.0)
+    return LoadTestRun("vllm bench serve", {"request_rate": rate, "burstiness": burstiness}, server,
+                       describe_machine(), started.astimezone(timezone.utc).isoformat(timespec="seconds"),
+                       wall_s, list(records), cpu_cores=detect_cpu().cores)
 
 
 async def _run_tool(argv: list[str], log_path: Path, timeout_s: float) -> None:
