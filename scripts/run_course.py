@@ -77,12 +77,20 @@ def run(path: Path, out: Path, stamp: dict[str, object] | None = None) -> float:
 
 def main(args: list[str]) -> int:
     out = OUT
+    if {"-h", "--help"} & set(args):
+        print(__doc__)
+        return 0
     if args[:1] == ["--out"]:
         if len(args) < 2:
             print("error: --out needs a folder", file=sys.stderr)
             return 2
         out, args = Path(args[1]).resolve(), args[2:]
     paths = [Path(arg).resolve() for arg in args] or course_notebooks()
+    # Checked before anything runs or is written: a typo must not replace the timings already there.
+    if wrong := [str(path) for path in paths if path.suffix != ".ipynb" or not path.is_file()]:
+        print(f"error: not a notebook file: {', '.join(wrong)}. Name .ipynb files, e.g. notebooks/01_start_server.ipynb "
+              "(none runs, nothing was written).", file=sys.stderr)
+        return 2
     timings: dict[str, float] = {}
     failed: list[str] = []
     started = _now()

@@ -38,3 +38,14 @@ def test_a_run_records_its_machine_and_seconds_beside_the_copies(tmp_path, monke
     assert stamp["seconds"] == record["notebooks"]["good.ipynb"] and stamp["device"] == "cpu"
     failed = nbformat.read(tmp_path / "out" / "bad.ipynb", as_version=4).metadata["course_run"]
     assert failed["notebook"] == str(bad) and failed["seconds"] >= 0
+
+
+def test_a_name_that_is_not_a_notebook_runs_nothing_and_keeps_the_files_there(tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.json").write_text('{"kept": true}')
+    assert run_course.main(["--out", str(out), "--verbose"]) == 2
+    assert run_course.main(["--out", str(out), str(tmp_path / "missing.ipynb")]) == 2
+    assert "not a notebook file" in capsys.readouterr().err
+    assert (out / "run.json").read_text() == '{"kept": true}' and sorted(p.name for p in out.iterdir()) == ["run.json"]
+    assert run_course.main(["--help"]) == 0 and "Usage:" in capsys.readouterr().out
