@@ -34,8 +34,15 @@ def duration(seconds: float, digits: int = 3) -> str:
 
 def share(fraction: float) -> str:
     """A fraction as a percentage: whole percent from 10 %, else two significant digits (a GPU's KV
-    pool is so large that a few requests fill 0.023 % of it, which a whole-percent format calls 0 %)."""
+    pool is so large that a few requests fill 0.023 % of it, which a whole-percent format calls 0 %).
+    Short of all, never "100%": 0.996 prints as 99.6% beside the 0.4% it leaves.
+
+    >>> share(0.996), share(0.9999), share(1.0), share(0.994)
+    ('99.6%', '99.99%', '100%', '99%')
+    """
     percent = float(f"{100 * fraction:.2g}") if abs(fraction) < 0.1 else 100 * fraction
+    if 99.5 <= percent < 100:  # whole percent would say "all"
+        return f"{math.floor(percent * 100) / 100:.4g}%"
     if percent == 0 or abs(percent) >= 10:
         return f"{percent:.0f}%"
     decimals = max(0, 1 - math.floor(math.log10(abs(percent))))

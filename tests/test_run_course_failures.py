@@ -23,8 +23,11 @@ SETUP = {"machine": "CPU: 2 cores, AMD EPYC, AVX-512 with bf16", "device": "cpu"
 
 
 @pytest.fixture
-def executor(monkeypatch):
-    """``outcomes[name]``: the seconds a notebook takes, or the exception it ends in; every call is kept."""
+def executor(monkeypatch, tmp_path):
+    """``outcomes[name]``: the seconds a notebook takes, or the exception it ends in; every call is kept.
+    The notebooks a.ipynb ... e.ipynb exist in tmp_path (run_course checks the names it is given before it runs)."""
+    for name in "abcde":
+        (tmp_path / f"{name}.ipynb").touch()
     outcomes: dict[str, object] = {}
     ran: list[str] = []
 
