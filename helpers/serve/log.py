@@ -73,7 +73,8 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
      r"the available KV cache memory \((?P<available>[\d.]+) GiB\)",
      "One request of max_model_len={mml} tokens needs {needed} GiB of KV cache, and the pool has {available} GiB. "
      "Give the KV cache more than {needed} GiB (kv_cache_space_gib, or on a GPU gpu_memory_utilization), "
-     "or lower max_model_len."),
+     "or lower max_model_len. (vLLM rounds both figures to 0.01 GiB and keeps one block of the pool back, so "
+     "two equal figures mean the pool fell short by less than that.)"),
     ("max model length exceeds KV cache",
      r"larger than the available KV cache memory|KV cache is needed, which is larger than"
      r"|max seq len .* is larger than the maximum number of tokens that can be stored",
