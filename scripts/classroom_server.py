@@ -18,9 +18,9 @@ the same key, and only the router faces the network (see ``helpers.route``).
 
 The server (or the router) binds 127.0.0.1 unless ``--host`` names another interface. An API key is always
 required; it is read from an environment variable (``--api-key-env``, default
-VLLM_COURSE_API_KEY), passed to vLLM through its environment (not its command line, which
-``ps`` shows to every user), and never printed or written in full: this script shows its last
-two characters only. Server options are those of ``helpers.serve.server.start_server``.
+VLLM_COURSE_API_KEY), passed to the server through its environment (not its command line, which
+``ps`` shows to every user) to the course's key guard (``helpers.serve.key_guard``), and never printed or
+written in full: this script shows its last two characters only. Server options are those of ``helpers.serve.server.start_server``.
 """
 
 from __future__ import annotations
@@ -141,10 +141,13 @@ def serve_replicas(args: argparse.Namespace, config: ServerConfig, key: str) -> 
     from dataclasses import replace
 
     from helpers.route.replicas import start_replicas
-    from helpers.route.router import start_router
+    from helpers.route.router import choose_router_port, start_router
 
-    with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None)) as replicas, \
-            start_router(replicas, policy=args.policy, host=args.host, port=args.port) as router:
+    # Checked before the replicas' minutes of start-up, and kept from them: they take free ports from 8000, and
+    # one on 127.0.0.1:8000 would leave a router on 0.0.0.0:8000 "already in use".
+    port = choose_router_port(args.host, args.port)
+    with start_replicas(args.replicas, replace(config, host=LOOPBACK, port=None), avoid_ports={port}) as replicas, \
+            start_router(replicas, policy=args.policy, host=args.host, port=port) as router:
         urls = announce(args.host, router.port, router.model_name)
         print(f"vllm-router ({router.policy}) in front of {len(replicas)} replicas: {', '.join(replicas.urls)}")
         print(f"API key: from ${args.api_key_env}, {mask_key(key)}")

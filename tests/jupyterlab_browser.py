@@ -55,6 +55,36 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def lab_command(port: int, token: str, root_dir: Path, dirs: dict[str, Path],
+                base_env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of the private JupyterLab. The token travels in the environment
+    (JUPYTER_TOKEN, which jupyter_server's IdentityProvider reads), not argv: /proc/<pid>/cmdline, and so
+    `ps`, shows argv to every user of the machine."""
+    env = {
+        **(os.environ if base_env is None else base_env),
+        "JUPYTER_TOKEN": token,
+        "JUPYTER_CONFIG_DIR": str(dirs["config"]),
+        "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
+        "JUPYTER_DATA_DIR": str(dirs["data"]),  # no user kernelspec can replace this venv's python3
+        "JUPYTERLAB_SETTINGS_DIR": str(dirs["settings"]),
+        "JUPYTERLAB_WORKSPACES_DIR": str(dirs["workspaces"]),
+        "IPYTHONDIR": str(dirs["ipython"]),
+    }
+    env.pop("JUPYTER_TOKEN_FILE", None)  # JUPYTER_TOKEN wins anyway; no second source to wonder about
+    argv = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser",
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root_dir}",
+        "--ServerApp.terminals_enabled=False",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: read the notebook model from the page
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",  # never asks PyPI for extensions
+    ]
+    if os.geteuid() == 0:
+        argv.append("--allow-root")  # CI runs as root
+    return argv, env
+
+
 class JupyterLab:
     """One JupyterLab server serving ``root_dir``; ``start()``, then ``stop()`` (or ``with``)."""
 
@@ -80,26 +110,7 @@ class JupyterLab:
             path = dirs["settings"] / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
-        env = {
-            **os.environ,
-            "JUPYTER_CONFIG_DIR": str(dirs["config"]),
-            "JUPYTER_RUNTIME_DIR": str(dirs["runtime"]),
-            "JUPYTER_DATA_DIR": str(dirs["data"]),  # no user kernelspec can replace this venv's python3
-            "JUPYTERLAB_SETTINGS_DIR": str(dirs["settings"]),
-            "JUPYTERLAB_WORKSPACES_DIR": str(dirs["workspaces"]),
-            "IPYTHONDIR": str(dirs["ipython"]),
-        }
-        argv = [
-            sys.executable, "-m", "jupyter", "lab", "--no-browser",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root_dir}",
-            "--ServerApp.terminals_enabled=False",
-            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: read the notebook model from the page
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.extension_manager=readonly",  # never asks PyPI for extensions
-        ]
-        if os.geteuid() == 0:
-            argv.append("--allow-root")  # CI runs as root
+        argv, env = lab_command(self.port, self.token, self.root_dir, dirs)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(argv, env=env, cwd=self.root_dir, stdin=subprocess.DEVNULL,

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from helpers.serve.key_guard import OPEN_ROUTES, RequireKeyEverywhere
+from helpers.serve.key_guard import KEY_ENV, OPEN_ROUTES, RequireKeyEverywhere
 from helpers.serve.server import start_server
 from tests.real_server import QUICK_START
 
@@ -73,7 +73,7 @@ def test_the_key_never_reaches_argv_and_the_log_never_shows_it(keyed_server):
 
 
 def test_without_a_key_the_middleware_lets_everything_through(monkeypatch):
-    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    monkeypatch.delenv(KEY_ENV, raising=False)
     reached = []
 
     async def app(scope, receive, send):
@@ -85,7 +85,7 @@ def test_without_a_key_the_middleware_lets_everything_through(monkeypatch):
 
 
 def test_a_websocket_without_the_key_is_closed_before_it_opens(monkeypatch):
-    monkeypatch.setenv("VLLM_API_KEY", KEY)
+    monkeypatch.setenv(KEY_ENV, KEY)
     sent, reached = [], []
 
     async def app(scope, receive, send):
@@ -100,3 +100,29 @@ def test_a_websocket_without_the_key_is_closed_before_it_opens(monkeypatch):
     headers = [(b"authorization", f"Bearer {KEY}".encode())]
     asyncio.run(guard({"type": "websocket", "path": "/v1/realtime", "headers": headers}, None, send))
     assert reached == ["/v1/realtime"]
+
+
+def test_the_guard_alone_checks_v1_with_the_key_from_the_course_variable(monkeypatch):
+    # vLLM gets no key of its own (no VLLM_API_KEY: vLLM 0.26 writes it into its compile cache), so /v1
+    # rests on this middleware; the key comes from KEY_ENV, a name vLLM does not read.
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.setenv("VLLM_API_KEY", "not-the-key-either")  # not where the guard looks
+    sent, reached = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequireKeyEverywhere(app)
+    for key in (None, "not-the-key-either", KEY + "x"):
+        headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+        scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": headers}
+        asyncio.run(guard(scope, None, send))
+    assert reached == [] and [m["status"] for m in sent if "status" in m] == [401, 401, 401]
+    assert all(KEY.encode() not in m.get("body", b"") for m in sent)
+    for path in ("/v1/chat/completions", "/v1/models"):
+        scope = {"type": "http", "path": path, "method": "GET", "headers": [(b"authorization", f"Bearer {KEY}".encode())]}
+        asyncio.run(guard(scope, None, send))
+    assert reached == ["/v1/chat/completions", "/v1/models"]

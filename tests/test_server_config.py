@@ -104,7 +104,7 @@ def test_prefix_caching_left_to_vllm_default_adds_no_flag():
 def test_api_key_travels_in_the_environment_never_on_the_command_line():
     launch = _launch("cpu", api_key="s3cret-key")
     assert all("s3cret-key" not in arg for arg in launch.argv)
-    assert launch.env["VLLM_API_KEY"] == "s3cret-key"
+    assert launch.env["COURSE_SERVER_KEY"] == "s3cret-key"
     assert "s3cret-key" not in repr(ServerConfig(api_key="s3cret-key"))
 
 
@@ -306,10 +306,10 @@ KEY = "s3cret-class-key"
 
 def test_a_keyed_launch_hides_its_key_from_repr_and_shown_env():
     launch = _launch("cpu", host="0.0.0.0", api_key=KEY)
-    assert launch.env["VLLM_API_KEY"] == KEY  # the server still gets it
+    assert launch.env["COURSE_SERVER_KEY"] == KEY  # the server's key guard still gets it
     assert KEY not in repr(launch) and KEY not in str(launch)
     shown = launch.shown_env()
-    assert shown["VLLM_API_KEY"] == "<hidden>" and KEY not in repr(shown)
+    assert shown["COURSE_SERVER_KEY"] == "<hidden>" and KEY not in repr(shown)
     assert shown["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # the rest stays readable
 
 

@@ -93,16 +93,30 @@ def test_a_port_probe_on_a_host_this_machine_cannot_bind_says_so_instead_of_all_
 
 
 # ----- the server's key comes only from api_key= -------------------------------------------------------
-def test_an_inherited_vllm_api_key_reaches_no_server_and_api_key_sets_it(tmp_path):
-    inherited = {"VLLM_API_KEY": "stray-key-from-the-shell", "PATH": "/usr/bin", "PYTHONPATH": "/elsewhere"}
+def test_an_inherited_vllm_api_key_reaches_no_server_and_api_key_sets_the_guards_key(tmp_path):
+    inherited = {"VLLM_API_KEY": "stray-key-from-the-shell", "COURSE_SERVER_KEY": "stray-guard-key",
+                 "PATH": "/usr/bin", "PYTHONPATH": "/elsewhere"}
     env = process.server_env(Launch(["python"], {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}), tmp_path, inherited)
-    assert "VLLM_API_KEY" not in env
+    assert "VLLM_API_KEY" not in env and "COURSE_SERVER_KEY" not in env
     assert env["PATH"] == "/usr/bin" and env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert env["TMPDIR"] == str(tmp_path)
     assert env["PYTHONPATH"].split(os.pathsep) == [str(COURSE_ROOT), "/elsewhere"]
     keyed = build_launch(ServerConfig(port=8000, api_key=CLASS_KEY), device="cuda", model="/m", served_name="m",
                          machine_env={})
-    assert process.server_env(keyed, tmp_path, inherited)["VLLM_API_KEY"] == CLASS_KEY  # api_key= wins
+    keyed_env = process.server_env(keyed, tmp_path, inherited)
+    assert keyed_env["COURSE_SERVER_KEY"] == CLASS_KEY  # api_key= wins
+    assert "VLLM_API_KEY" not in keyed_env  # vLLM 0.26 would write it into its compile cache's files
+
+
+def test_no_variable_vllm_registers_carries_the_key(tmp_path):
+    # vLLM 0.26 writes every variable it registers but an ignore list (VLLM_API_KEY not in it) to
+    # torch_compile_cache/.../cache_key_factors.json: the key must sit in a variable vLLM does not know.
+    envs = pytest.importorskip("vllm.envs")
+    keyed = build_launch(ServerConfig(port=8000, host="0.0.0.0", api_key=CLASS_KEY), device="cuda", model="/m",
+                         served_name="m", machine_env={})
+    env = process.server_env(keyed, tmp_path, {"VLLM_API_KEY": "stray-key-from-the-shell"})
+    holding = [name for name, value in env.items() if CLASS_KEY in value]
+    assert holding == ["COURSE_SERVER_KEY"] and not set(holding) & set(envs.environment_variables)
 
 
 def test_spawn_server_launches_without_the_kernels_stray_key(tmp_path, monkeypatch):

@@ -174,7 +174,7 @@ def build_router_launch(urls: Sequence[str], policy: str, *, host: str, port: in
       client's bearer token by asking those URLs (HTTP 200: valid) and remembering the answer.
 
     So the course's launcher (:mod:`helpers.route._launch`) reads the key from the environment, as
-    vLLM reads ``VLLM_API_KEY``, sets it as the key sent to the replicas (vllm-router forwards a
+    the course's key guard reads ``COURSE_SERVER_KEY``, sets it as the key sent to the replicas (vllm-router forwards a
     client's ``Authorization`` on chat and completions, not on the other routes it proxies, such
     as ``/tokenize``), and points the check at every replica's ``/v1/models``, which answers 200 to
     the key only (:mod:`helpers.serve.key_guard`). The launch's repr hides the key:

@@ -3,7 +3,8 @@
 :func:`start_replicas` starts ``n`` servers with the same settings through
 :func:`helpers.serve.together.start_together`: at once on a CPU (a start there is mostly one
 process importing vLLM on one core), one after the other on a GPU; each takes the next free port
-from 8000 that none of this kernel's servers holds, each on 127.0.0.1: the router is what clients
+from 8000 that none of this kernel's servers holds and that is not in ``avoid_ports`` (the router's,
+chosen first: it binds only once the replicas are up), each on 127.0.0.1: the router is what clients
 reach. Before the first start it checks that the machine can hold them all:
 
 - memory: each CPU server needs its KV cache plus about 2.5 GiB for itself
@@ -25,7 +26,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,7 +34,7 @@ import psutil
 
 from helpers.errors import ConfigError, NotEnoughMemoryError
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, GPU_SHARE, LOOPBACK, ServerConfig
-from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device
+from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device, reserving
 from helpers.serve.server import VLLMServer, with_settings
 from helpers.serve.together import start_together, starts_at_once
 
@@ -140,16 +141,19 @@ def replica_configs(n: int, config: ServerConfig) -> list[ServerConfig]:
     return [replace(config, gpu_memory_utilization=share)] * n
 
 
-def start_replicas(n: int, config: ServerConfig | None = None, *, quiet: bool = False, **settings: Any) -> ReplicaSet:
+def start_replicas(n: int, config: ServerConfig | None = None, *, quiet: bool = False, avoid_ports: Iterable[int] = (),
+                   **settings: Any) -> ReplicaSet:
     """Start ``n`` servers with the same settings (those of ``start_server``): together on a CPU, one after the
-    other on a GPU (:func:`helpers.serve.together.start_together`); a failed or interrupted start leaves none running."""
+    other on a GPU (:func:`helpers.serve.together.start_together`); a failed or interrupted start leaves none running.
+    No replica takes a port of ``avoid_ports`` (pass the router's when it is to listen on one from 8000 up)."""
     configs = replica_configs(n, with_settings(config, settings))
     replicas = ReplicaSet([VLLMServer(each) for each in configs])
     if not quiet:
         how = ("together (15-60 s on a 2-core CPU)" if starts_at_once(replicas.servers)
                else "one after the other (vLLM checks a GPU's free memory as it starts)")
         print(f"starting {n} replicas {how}...", flush=True)
-    start_together(replicas.servers, labels=[f"replica {i + 1}/{n}" for i in range(n)], quiet=True)
+    with reserving(avoid_ports):
+        start_together(replicas.servers, labels=[f"replica {i + 1}/{n}" for i in range(n)], quiet=True)
     if not quiet:
         for index, (server, each) in enumerate(zip(replicas, configs)):
             cores = f", cores {each.cpu_cores}" if each.cpu_cores else ""

@@ -19,9 +19,10 @@ as a :class:`~helpers.serve.server.VLLMServer` has. The key never appears in its
 it in a notebook does not leak it.
 
 What the key protects: every route but ``GET /health``, ``GET /ping``, ``GET /version`` and
-``GET /metrics``. vLLM's own key covers only ``/v1``; the course adds
-:mod:`helpers.serve.key_guard` (vLLM's ``--middleware``) so that ``/invocations``, ``/tokenize``,
-``/scale_elastic_ep`` and the rest need it too. Anyone who can reach the port can still read
+``GET /metrics``. The course's :mod:`helpers.serve.key_guard` (vLLM's ``--middleware``) checks it on
+every route, ``/v1`` included, and ``/invocations``, ``/tokenize``, ``/scale_elastic_ep`` and the rest,
+which vLLM's own key would leave open; vLLM itself is given no key (vLLM 0.26 would write
+``VLLM_API_KEY`` into its compile cache). Anyone who can reach the port can still read
 the server's metrics: bind a classroom network only.
 
 Why a class should not load-test one server together: every student's requests share the same

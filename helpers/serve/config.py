@@ -51,9 +51,11 @@ from helpers.hardware import CPUInfo, Device
 from helpers.serve.engine_env import device_env
 from helpers.serve.exposure import LOOPBACK, check_host_and_key
 from helpers.serve.flags import check_extra_args
+from helpers.serve.key_guard import KEY_ENV
 
 DEFAULT_CPU_KV_CACHE_GIB = 2.0  # 93,184 tokens of SmolLM2: room for 45 requests of 2,048 tokens
-KEY_VARIABLE = "VLLM_API_KEY"  # where vLLM reads its key when it has no --api-key
+KEY_VARIABLE = KEY_ENV  # where the course's key guard reads the key (helpers.serve.key_guard)
+VLLM_KEY_VARIABLE = "VLLM_API_KEY"  # vLLM's own; never set for a server (see build_launch)
 # --dtype values vLLM accepts, with the name the course uses for each
 DTYPES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
           "float32": "float32", "float": "float32"}
@@ -128,10 +130,10 @@ class ServerConfig:
 class Launch:
     """A command line and the environment variables it needs, ready for ``subprocess``.
 
-    Its repr, and :meth:`shown_env`, hide the values of secrets (``VLLM_API_KEY``, ...):
+    Its repr, and :meth:`shown_env`, hide the values of secrets (``COURSE_SERVER_KEY``, ...):
 
-    >>> Launch(["python"], {"VLLM_API_KEY": "s3cret", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-    Launch(argv=['python'], env={'VLLM_API_KEY': '<hidden>', 'VLLM_ENABLE_V1_MULTIPROCESSING': '0'})
+    >>> Launch(["python"], {"COURSE_SERVER_KEY": "s3cret", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    Launch(argv=['python'], env={'COURSE_SERVER_KEY': '<hidden>', 'VLLM_ENABLE_V1_MULTIPROCESSING': '0'})
     """
 
     argv: list[str]
@@ -176,7 +178,7 @@ def build_launch(
     >>> cfg = ServerConfig(port=8000, host="0.0.0.0", api_key="s3cret-class-key")
     >>> launch = build_launch(cfg, device="cuda", model="/m", served_name="m", machine_env={})
     >>> launch.env, "s3cret-class-key" in launch.argv, launch.argv[-2:]
-    ({'VLLM_API_KEY': 's3cret-class-key'}, False, ['--middleware', 'helpers.serve.key_guard.RequireKeyEverywhere'])
+    ({'COURSE_SERVER_KEY': 's3cret-class-key'}, False, ['--middleware', 'helpers.serve.key_guard.RequireKeyEverywhere'])
     """
     if config.port is None:
         raise ConfigError("build_launch needs a concrete port; VLLMServer picks one.")
@@ -215,9 +217,10 @@ def build_launch(
         argv.append("--enforce-eager")
     argv += list(config.extra_args)
     if config.api_key:
-        # Through the environment, not argv: argv is visible to every user in `ps`.
+        # Through the environment, not argv: argv is visible to every user in `ps`. And not as VLLM_API_KEY:
+        # vLLM 0.26 writes that one, in plain text, into its compile cache's cache_key_factors.json. The
+        # course's guard alone checks the key, on every route, /v1 included (helpers.serve.key_guard).
         env[KEY_VARIABLE] = config.api_key
-        # vLLM's own key guards /v1 only; this one guards every route (helpers.serve.key_guard).
         argv += ["--middleware", KEY_GUARD]
     return Launch(argv, env)
 

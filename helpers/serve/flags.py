@@ -58,7 +58,7 @@ BYPASSES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 # Flags that carry a secret, which argv shows to every user of the machine (`ps`): dest -> (flags, what to do).
 SECRET: dict[str, tuple[tuple[str, ...], str]] = {
-    "api_key": (("--api-key",), "pass api_key=..., which the helper hands to vLLM as VLLM_API_KEY"),
+    "api_key": (("--api-key",), "pass api_key=..., which the helper hands to the server's key guard through its environment"),
     "hf_token": (("--hf-token",), "set HF_TOKEN in the environment before starting Jupyter"),
 }
 # Exact flags known to be neither: the notebooks' and a few common ones, checked without vLLM.
@@ -82,7 +82,7 @@ def check_extra_args(extra_args: Sequence[Any], api_key: str | None = None) -> N
     >>> check_extra_args(("--api-key", "abc"))
     Traceback (most recent call last):
     ...
-    helpers.errors.ConfigError: extra_args would put a secret on vLLM's command line (--api-key), where `ps` shows it to every user of this machine. Keys travel through api_key= and the environment, never argv: pass api_key=..., which the helper hands to vLLM as VLLM_API_KEY.
+    helpers.errors.ConfigError: extra_args would put a secret on vLLM's command line (--api-key), where `ps` shows it to every user of this machine. Keys travel through api_key= and the environment, never argv: pass api_key=..., which the helper hands to the server's key guard through its environment.
     """
     for arg in extra_args:
         if not isinstance(arg, str):

@@ -11,10 +11,15 @@ request without the key except a short list of read-only routes:
 - ``GET /metrics``: Prometheus counters (the course's monitors and an instructor's dashboard).
 
 Everything else, the documentation routes (``/openapi.json``, ``/docs``) included, needs
-``Authorization: Bearer <key>``. The key is read from ``VLLM_API_KEY`` in the server's
+``Authorization: Bearer <key>``, the ``/v1`` routes vLLM's own check would cover included: this
+middleware is the server's only key check. The key is read from :data:`KEY_ENV` in the server's
 environment (the helper never puts it on the command line); without one the middleware lets
-everything through, as vLLM itself does. Only the standard library is used here: the module
-runs inside vLLM, and what it needs from Starlette is the ASGI protocol, nothing more.
+everything through, as vLLM itself does. Not ``VLLM_API_KEY``: vLLM 0.26 (the GPU pin) hashes
+every variable it registers, that one included, into its torch.compile cache key and writes them
+in plain text to ``~/.cache/vllm/torch_compile_cache/.../cache_key_factors.json`` (0.32 leaves the
+key out); a name outside vLLM's ``VLLM_`` namespace is one it never reads, stores or warns about.
+Only the standard library is used here: the module runs inside vLLM, and what it needs from
+Starlette is the ASGI protocol, nothing more.
 
 Added by :func:`helpers.serve.config.build_launch` whenever a server has a key.
 """
@@ -30,7 +35,7 @@ from typing import Any
 
 OPEN_ROUTES = frozenset({"/health", "/ping", "/version", "/metrics", "/metrics/"})
 OPEN_METHODS = frozenset({"GET", "HEAD"})
-KEY_ENV = "VLLM_API_KEY"
+KEY_ENV = "COURSE_SERVER_KEY"  # set by helpers.serve.config.build_launch; vLLM never reads it
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import json
 import socket
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from helpers.serve.exposure import IPV6_REFUSED, is_ipv6
 from helpers.serve.model import ModelChoice
 
 FIRST_PORT = 8000  # vLLM's own default port; later servers take the next free one
+# Ports promised to a process not started yet (a router whose replicas start first): see reserving()
+_RESERVED: set[int] = set()
 SERVER_RSS_GIB = 2.5  # measured resident memory of the CPU server before its KV cache
 VLLM_GPU_MEMORY_UTILIZATION = 0.92  # vLLM's default (0.26 and 0.32) where gpu_memory_utilization is not passed
 # Beside the weights: the 8B shape's start on an H200 took 0.93 GiB of peak activations, 0.22 non-torch and 0.12 of
@@ -45,7 +49,7 @@ def choose_device(config: ServerConfig) -> Device:
             "This environment has vLLM's GPU build, but no NVIDIA GPU is visible (nvidia-smi found none). "
             "On Colab choose Runtime > Change runtime type > T4 GPU (or better) and run the notebook from the top; "
             "elsewhere check the driver with `nvidia-smi` and that CUDA_VISIBLE_DEVICES is not empty, or install "
-            "the CPU build (VLLM_COURSE_DEVICE=cpu make setup)."
+            "the CPU build in a new .venv (rm -rf .venv && VLLM_COURSE_DEVICE=cpu make setup)."
         )
     return "cpu" if config.device == "cpu" else found
 
@@ -166,7 +170,7 @@ def check_gpu_kv_fits(kv_gib: float, replicas: int = 1) -> None:
 def choose_port(config: ServerConfig, taken: frozenset[int] | set[int] = frozenset()) -> int:
     """The config's port if it is free, else (port=None) the first free one from :data:`FIRST_PORT`
     that is not in ``taken`` (ports of servers this kernel launched: a vLLM just launched binds its
-    port seconds later, so a probe cannot see it yet)."""
+    port seconds later, so a probe cannot see it yet) nor held back by :func:`reserving`."""
     if config.port is not None:
         if not port_free(config.host, config.port, strict=False):
             raise PortInUseError(
@@ -176,9 +180,29 @@ def choose_port(config: ServerConfig, taken: frozenset[int] | set[int] = frozens
             )
         return config.port
     for port in range(FIRST_PORT, FIRST_PORT + 100):
-        if port not in taken and port_free(config.host, port, strict=True):
+        if port not in taken and port not in _RESERVED and port_free(config.host, port, strict=True):
             return port
     raise PortInUseError(f"Ports {FIRST_PORT}-{FIRST_PORT + 99} are all in use on {config.host}.")
+
+
+@contextmanager
+def reserving(ports: Iterable[int]) -> Iterator[None]:
+    """Inside the block, :func:`choose_port` gives no server one of ``ports``: a router's port, checked before its
+    replicas start. A probe cannot keep them off it: the router binds it only after they are all up, and a replica
+    on 127.0.0.1:8000 then makes a router's 0.0.0.0:8000 fail as "already in use".
+
+    >>> with reserving({8000}):
+    ...     8000 in _RESERVED
+    True
+    >>> 8000 in _RESERVED
+    False
+    """
+    added = set(ports) - _RESERVED
+    _RESERVED.update(added)
+    try:
+        yield
+    finally:
+        _RESERVED.difference_update(added)
 
 
 def port_free(host: str, port: int, *, strict: bool) -> bool:

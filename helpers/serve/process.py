@@ -36,7 +36,7 @@ import psutil
 from helpers.paths import COURSE_ROOT, build_dir
 from helpers.serve import group
 from helpers.serve._orphan_guard import start_ticks
-from helpers.serve.config import KEY_VARIABLE, Launch
+from helpers.serve.config import KEY_VARIABLE, VLLM_KEY_VARIABLE, Launch
 from helpers.serve.group import GroupEnd
 
 # vLLM's CPU build loads one of these, chosen by the CPU's instruction sets
@@ -61,10 +61,12 @@ def server_env(launch: Launch, temp_dir: Path, inherited: Mapping[str, str] | No
     """The server's whole environment: ``inherited`` (default this process's), the launch's variables
     on top, its own temporary folder, and the course on PYTHONPATH (for the key guard middleware)."""
     env = dict(os.environ if inherited is None else inherited)
+    # The course's server's key comes only from api_key=. vLLM reads VLLM_API_KEY whenever it has no
+    # --api-key, so a key left in the kernel's environment would make it refuse the helper's own keyless
+    # requests (the readiness check would see 401s until the start-up timeout), and vLLM 0.26 would write
+    # it into its compile cache (helpers.serve.config.build_launch). A stray guard key would do the former.
+    env.pop(VLLM_KEY_VARIABLE, None)
     if KEY_VARIABLE not in launch.env:
-        # The course's server's key comes only from api_key=. vLLM reads VLLM_API_KEY whenever it has no
-        # --api-key, so a key left in the kernel's environment would make it refuse the helper's own
-        # keyless requests: the readiness check would see 401s until the start-up timeout.
         env.pop(KEY_VARIABLE, None)
     env.update({**launch.env, **private_temp_env(temp_dir)})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
