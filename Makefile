@@ -18,7 +18,7 @@ test-gpu: setup          ## on an NVIDIA GPU: the tests, then every notebook and
 setup:                   ## .venv with the right vLLM build and the embedded model
 	bash scripts/setup.sh
 
-browser: setup           ## Debian's chromium + playwright, for tests/test_browser_widgets.py
+browser: setup           ## Chromium (Debian's, or the one VLLM_COURSE_CHROMIUM names) + playwright, for tests/test_browser_widgets.py
 	bash scripts/setup_browser.sh
 
 unit: setup              ## only the tests/ folder and the docstring examples

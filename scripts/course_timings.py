@@ -1,11 +1,12 @@
 """How long each notebook takes to run, on each class of machine the course has been timed on, from results files.
 
-    python scripts/course_timings.py record [--from build/executed]   # after `make course` on a CPU
-    python scripts/course_timings.py show                             # every notebook's line, as its header has it
+    .venv/bin/python scripts/course_timings.py record [--from build/executed] [--force]   # after `make course` on a CPU
+    .venv/bin/python scripts/course_timings.py show           # every notebook's line, as its header has it
 
 ``record`` keeps the ``run.json`` that ``scripts/run_course.py`` wrote (every notebook done, none failed) as
 ``results/cpu/course_timings/<class>.json``, the newest run of that class of CPU replacing the one before (the
-earlier ones are listed in that folder's README). :func:`time_to_run` turns those files and the GPU's
+earlier ones are listed in that folder's README; one that started before the kept run is refused unless ``--force``).
+:func:`time_to_run` turns those files and the GPU's
 (``results/gpu/executed/timings.json``, dated by the executed copies beside it, each copy's GPU in
 ``machines.json``) into the sentence that opens each notebook's first cell, which ``scripts/notebook_header.py``
 writes and ``tests/test_course_timings.py`` holds to the files: a notebook never states a time that no results file
@@ -18,11 +19,15 @@ import argparse
 import json
 import re
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # a sibling script, importable however this one is run
-from import_gpu_runs import DEFAULT_MODEL, copy_name  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scripts/course_timings.py`
+from import_gpu_runs import DEFAULT_MODEL, copy_name
+
+from helpers.files import write_atomically
 
 CPU_TIMINGS = ROOT / "results" / "cpu" / "course_timings"
 GPU_EXECUTED = ROOT / "results" / "gpu" / "executed"
@@ -118,12 +123,14 @@ def time_to_run(notebook: str) -> str:
     return f"{LEAD} " + "; ".join(parts) + ". Reading and the exercises take longer."
 
 
-def record(executed: Path) -> Path:
-    """Keep ``executed/run.json`` under results/cpu/course_timings/, refusing a partial or failed run."""
+def record(executed: Path, force: bool = False) -> Path:
+    """Keep ``executed/run.json`` under results/cpu/course_timings/, refusing a partial or failed run, and a run that
+    started before the one kept for its class unless ``force``."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from run_course import course_notebooks
 
-    run = json.loads((executed / "run.json").read_text())
+    run = _read_run(executed / "run.json")
+    started = _started(run, executed / "run.json")
     missing = [path.name for path in course_notebooks() if path.name not in run["notebooks"]]
     model = run.get("model", DEFAULT_MODEL)  # runs from before the model was recorded served the default
     if run.get("device") != "cpu" or run["failed"] or missing or model != DEFAULT_MODEL:
@@ -131,9 +138,55 @@ def record(executed: Path) -> Path:
                          f"kept, and this one (device {run.get('device')}, model {model}) failed {run['failed']} and "
                          f"did not run {missing}")
     path = CPU_TIMINGS / f"{cpu_class(run['cpu'])}.json"
+    kept = _kept_start(path)
+    if kept is not None and started < kept and not force:
+        raise SystemExit(f"not recorded: {executed / 'run.json'} started {run['started_utc']}, before the run kept in "
+                         f"{path.name} ({kept.isoformat()}), which it would replace. Record the newer run, or pass "
+                         "--force to replace it all the same.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(run, indent=2) + "\n")
+    write_atomically(path, json.dumps(run, indent=2) + "\n")  # a cut-short write would break every notebook's header
     return path
+
+
+RUN_KEYS = ("device", "cpu", "started_utc", "notebooks", "failed")
+
+
+def _read_run(path: Path) -> dict:
+    """``run.json`` as ``scripts/run_course.py`` writes it, or SystemExit saying what to do."""
+    if not path.is_file():
+        raise SystemExit(f"not recorded: {path} does not exist. Run `make course` (it writes build/executed/run.json) "
+                         "or pass --from the folder that holds a run.json.")
+    try:
+        run = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SystemExit(f"not recorded: {path} is not JSON ({error}); run `make course` again to write it.") from None
+    lacking = [key for key in RUN_KEYS if key not in run] if isinstance(run, dict) else list(RUN_KEYS)
+    if lacking:
+        raise SystemExit(f"not recorded: {path} lacks {', '.join(lacking)}, so it is not a run.json that "
+                         "scripts/run_course.py wrote; run `make course` again to write one.")
+    return run
+
+
+def _utc(text: str) -> datetime:
+    """``started_utc`` as a time that compares with any other (run_course.py writes ``+00:00``; a bare one is UTC)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _started(run: dict, where: Path) -> datetime:
+    try:
+        return _utc(run["started_utc"])
+    except (TypeError, ValueError):
+        raise SystemExit(f"not recorded: {where} has started_utc {run['started_utc']!r}, not a date and time; run "
+                         "`make course` again to write it.") from None
+
+
+def _kept_start(path: Path) -> datetime | None:
+    """When the run kept in ``path`` started; None where there is none or it cannot be read (a new run replaces it)."""
+    try:
+        return _utc(json.loads(path.read_text())["started_utc"])
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _seconds(seconds: float) -> str:
@@ -157,10 +210,11 @@ def main(args: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     keep = sub.add_parser("record", help="keep build/executed/run.json under results/cpu/course_timings/")
     keep.add_argument("--from", dest="executed", type=Path, default=ROOT / "build" / "executed")
+    keep.add_argument("--force", action="store_true", help="replace a run that started later than this one")
     sub.add_parser("show", help="print every notebook's sentence")
     options = parser.parse_args(args)
     if options.command == "record":
-        print(f"kept {record(options.executed).relative_to(ROOT)}")
+        print(f"kept {record(options.executed, options.force).relative_to(ROOT)}")
     else:
         sys.path.insert(0, str(ROOT / "scripts"))
         from notebook_header import notebooks

@@ -31,13 +31,29 @@ def learner_path(lab: Path) -> Path:
     return LEARNER_DIR / lab.name
 
 
+def instructor_lab(path: Path) -> Path:
+    """``path`` resolved, when it is an instructor lab (``labs/*.ipynb``); otherwise SystemExit saying which are.
+
+    A learner lab given back would gain a second "(learner version)"; a chapter notebook would land in labs/learner/.
+    """
+    resolved = path.resolve()
+    labs = sorted(p.name for p in (ROOT / "labs").glob("*.ipynb"))
+    if resolved.parent != ROOT / "labs" or resolved.suffix != ".ipynb" or not resolved.is_file():
+        raise SystemExit(f"{path} is not an instructor lab: give a notebook of labs/ ({', '.join(labs)}), or no "
+                         "argument for all of them. The learner versions in labs/learner/ are written from those.")
+    return resolved
+
+
 def learner_version(lab: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
     """The notebook without instructor cells, with a note under its title saying what is missing."""
     notebook = copy.deepcopy(lab)
     notebook.cells = [cell for cell in notebook.cells if INSTRUCTOR_TAG not in cell.metadata.get("tags", [])]
     title = notebook.cells[0]
     lines = title.source.splitlines()
-    heading = next(i for i, line in enumerate(lines) if line.startswith("# "))
+    heading = next((i for i, line in enumerate(lines) if line.startswith("# ")), None)
+    if heading is None:
+        raise ValueError(f"{name}: its first cell has no title line starting with '# ', which the learner version "
+                         "marks as such: put the lab's title there and run again")
     lines[heading] += " (learner version)"
     lines.insert(heading + 1, "\n" + NOTE.format(name=name))
     title.source = "\n".join(lines)
@@ -56,8 +72,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("labs", nargs="*", type=Path)
     args = parser.parse_args()
-    for lab in [p.resolve() for p in args.labs] or sorted((ROOT / "labs").glob("*.ipynb")):
-        print(f"wrote {write_learner_version(lab).relative_to(ROOT)}")
+    labs = [instructor_lab(path) for path in args.labs] or sorted((ROOT / "labs").glob("*.ipynb"))
+    for lab in labs:
+        try:
+            print(f"wrote {write_learner_version(lab).relative_to(ROOT)}")
+        except ValueError as error:
+            raise SystemExit(str(error)) from None
 
 
 if __name__ == "__main__":

@@ -171,3 +171,55 @@ def _readme_timing_rows(readme: str) -> list[dict]:
         rows.append({"class": cells[0], "make course": _minutes_and_seconds(cells[1]),
                      "notebooks": [int(n) for n in cells[2].split(", ")]})
     return rows
+
+
+def _whole_run(started: str) -> dict:
+    return {**run_record({path.name: 10.0 for path in course_notebooks()}), "started_utc": started}
+
+
+@pytest.mark.parametrize(("run_json", "says"), [
+    (None, r"does not exist\. Run `make course`"),
+    ("{not json", r"is not JSON .*run `make course` again"),
+    (json.dumps({"device": "cpu", "notebooks": {}}), r"lacks cpu, started_utc, failed, so it is not a run\.json"),
+    (json.dumps({**run_record({}), "started_utc": "yesterday"}), r"has started_utc 'yesterday', not a date and time")])
+def test_a_missing_broken_or_foreign_run_json_is_refused_saying_what_to_do(tmp_path, monkeypatch, run_json, says):
+    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "kept")
+    if run_json is not None:
+        (tmp_path / "run.json").write_text(run_json)
+    with pytest.raises(SystemExit, match=f"^not recorded: {re.escape(str(tmp_path))}/run.json {says}"):
+        course_timings.record(tmp_path)
+    assert not (tmp_path / "kept").exists()
+
+
+def test_an_older_run_does_not_replace_the_newer_one_kept_unless_forced(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "kept")
+    newer, older = tmp_path / "newer", tmp_path / "older"
+    for folder, started in ((newer, "2026-12-05T02:48:16+00:00"), (older, "2026-12-04T23:17:00+00:00")):
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps(_whole_run(started)))
+    kept = course_timings.record(newer)
+    with pytest.raises(SystemExit, match=r"started 2026-12-04T23:17:00\+00:00, before the run kept in avx512-bf16"
+                                         r"\.json \(2026-12-05T02:48:16\+00:00\).*pass --force"):
+        course_timings.record(older)
+    assert json.loads(kept.read_text())["started_utc"] == "2026-12-05T02:48:16+00:00"
+    assert course_timings.record(newer) == kept  # the same run again is no older than itself
+    course_timings.record(older, force=True)
+    assert json.loads(kept.read_text())["started_utc"] == "2026-12-04T23:17:00+00:00"
+
+
+def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "kept")
+    (tmp_path / "run.json").write_text(json.dumps(_whole_run("2026-12-05T02:48:16+00:00")))
+    kept = course_timings.record(tmp_path)
+    before = kept.read_text()
+    newer = _whole_run("2026-12-06T00:00:00+00:00")
+    (tmp_path / "run.json").write_text(json.dumps(newer))
+
+    def cut_short(fd, *args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(course_timings.write_atomically.__globals__["os"], "fsync", cut_short)
+    with pytest.raises(OSError, match="No space left"):
+        course_timings.record(tmp_path)
+    assert kept.read_text() == before
+    assert [path.name for path in kept.parent.iterdir()] == [kept.name]

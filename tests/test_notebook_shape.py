@@ -30,7 +30,7 @@ def test_each_lab_has_a_learner_version_in_step_with_it_and_without_the_instruct
     committed = nbformat.read(learner_path(path), as_version=4)
     expected = learner_version(lab, path.name)
     assert [c.source for c in committed.cells[2:]] == [c.source for c in expected.cells[2:]], (
-        f"{learner_path(path).relative_to(ROOT)} is out of date: run `python scripts/make_learner_lab.py`")
+        f"{learner_path(path).relative_to(ROOT)} is out of date: run `.venv/bin/python scripts/make_learner_lab.py`")
     assert not any(INSTRUCTOR_TAG in cell.metadata.get("tags", []) for cell in committed.cells)
     assert "learner version" in committed.cells[0].source
 
