@@ -135,6 +135,9 @@ def test_every_output_token_is_produced_once_and_running_never_exceeds_max_num_s
         assert all(len(s.slots) - s.num_idle_slots <= max_num_seqs for s in r.steps)
         running = [[x for x in s.slots if x is not None] for s in r.steps]
         assert all(len(ids) == len(set(ids)) for ids in running)  # one slot per request
+        for s, ids in zip(r.steps, running):  # a request computes in a step only from a slot, and one way
+            assert s.prefill_ids | s.decode_ids <= set(ids) and not s.prefill_ids & s.decode_ids
+            assert policy == "static" or len(s.decode_ids) == s.num_decode_seqs
 
 
 
@@ -180,3 +183,35 @@ def test_bad_inputs_are_refused_with_a_value_error_that_says_what_to_pass(trace,
     for simulate in (simulate_static, simulate_continuous):
         with pytest.raises(ValueError, match=match):
             simulate(trace, max_num_seqs)
+
+
+# ----- a slot held while computing nothing (static batching's prefill phase) -----------------------
+def prefill_queue_trace() -> list[BatchRequest]:
+    """Three 256-token prompts and a 256-token step budget: one prompt per step."""
+    return [BatchRequest(name, 0.0, 256, 2) for name in "abc"]
+
+
+ONE_PROMPT_A_STEP = StepTimeModel(overhead_s=1.0, prefill_token_s=0.0, decode_seq_s=0.0, max_num_batched_tokens=256)
+
+
+def test_static_members_waiting_for_the_batchs_prefills_are_recorded_as_neither_prefilling_nor_decoding():
+    r = simulate_static(prefill_queue_trace(), 3, ONE_PROMPT_A_STEP)
+    assert [s.slots for s in r.steps] == [("a", "b", "c")] * 4
+    assert [sorted(s.prefill_ids) for s in r.steps] == [["a"], ["b"], ["c"], []]
+    assert [sorted(s.decode_ids) for s in r.steps] == [[], [], [], ["a", "b", "c"]]
+    assert [s.num_busy_slots for s in r.steps] == [1, 1, 1, 3]
+
+
+def test_static_utilization_counts_only_slots_that_compute():
+    # 6 computing slot-steps of 3 x 4; counting every held slot (as before) gave 12 of 12
+    r = simulate_static(prefill_queue_trace(), 3, ONE_PROMPT_A_STEP)
+    assert r.summary.slot_utilization == pytest.approx(6 / 12)
+
+
+def test_continuous_admits_a_request_only_with_budget_so_every_held_slot_computes():
+    r = simulate_continuous(prefill_queue_trace(), 3, ONE_PROMPT_A_STEP)
+    first = r.steps[0]
+    assert first.slots == ("a", None, None) and first.prefill_ids == {"a"} and first.decode_ids == frozenset()
+    # step 2: a decodes (1 token) and b's prompt takes the other 255; c waits outside the batch, not in a slot
+    assert r.steps[1].slots == ("a", "b", None) and r.steps[1].decode_ids == {"a"} and r.steps[1].prefill_ids == {"b"}
+    assert all(s.num_busy_slots == len(s.slots) - s.num_idle_slots for s in r.steps)

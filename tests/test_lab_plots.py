@@ -1,5 +1,6 @@
 """helpers.lab.plots: every figure builds headless (Agg) from runs, and its title states what the data show."""
 
+import math
 from dataclasses import replace
 
 import matplotlib
@@ -53,7 +54,7 @@ def test_latency_cdfs_have_labelled_axes_and_a_title_with_the_p95s(groups):
 def test_throughput_bars_state_the_measured_ratio(groups):
     fig = plot_throughput(groups, reference=groups)
     title = fig.axes[0].get_title()
-    assert "max_num_seqs=64 gave" in title and "(ideal: 8x)" in title
+    assert "max_num_seqs=64 gave" in title and "(ideal: 6.25x)" in title  # 50 requests fill 50 of 64 slots
     assert "tokens/s" in fig.axes[0].get_ylabel()
 
 
@@ -142,3 +143,33 @@ def test_the_sweep_names_a_first_setting_without_throughput_instead_of_dividing_
     rows = runs_table([all_failed_run(1, "r1"), waves_run(8, 0.05, "r8")], pooled=True)
     title = plot_sweep(rows).axes[0].get_title()
     assert "no successful request at 1 slot(s) to compare with" in title
+
+
+def test_the_ideal_throughput_ratio_is_the_slot_ratio_when_the_requests_fill_every_slot():
+    groups = {2: [waves_run(2, 0.05, "a", n=12)], 8: [waves_run(8, 0.1, "b", n=12)]}
+    assert "(ideal: 4x)" in plot_throughput(groups).axes[0].get_title()
+
+
+def test_the_sweep_leaves_zero_throughput_off_its_log_axis():
+    # a setting whose requests all failed measured 0 tok/s: before, a point and a star at 0 on a log axis
+    rows = runs_table([waves_run(1, 0.05, "r1"), all_failed_run(8, "r8"), waves_run(64, 0.05, "r64")], pooled=True)
+    own = [ResultRow(8, "yours", replace(summarize([]), output_tok_per_s=0.0))]
+    left = plot_sweep(rows, own=own, num_requests=50).axes[0]
+    measured = next(c for c in left.containers if c.get_label().startswith("measured")).lines[0]
+    assert math.isnan(measured.get_ydata()[1])  # a gap
+    assert all(y > 0 for line in left.get_lines() for y in line.get_ydata() if not math.isnan(y))
+    assert "your runs" not in [t.get_text() for t in left.get_legend().get_texts()]
+
+
+def test_the_cdf_y_label_fits_both_panels_it_is_shared_with(groups):
+    fig = plot_latency_cdf(groups)
+    assert fig.axes[0].get_ylabel() == "fraction of requests at or below x"
+
+
+def test_the_timeline_legend_lies_below_the_panels_not_over_the_bars(groups):
+    fig = plot_timeline({8: groups[8][0], 64: groups[64][0]})
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y1 < ax.get_window_extent().y0  # under the axes
+    assert legend.y1 < ax.xaxis.label.get_window_extent().y0  # and under the time axis' label

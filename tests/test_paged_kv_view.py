@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from helpers.drawing import figure_png
-from helpers.paged.draw import default_row_slots, draw_kv_frame  # noqa: E402
+from helpers.paged.draw import RESERVED_ALPHA, default_row_slots, draw_kv_frame, request_color  # noqa: E402
 from helpers.paged.figures import plot_memory_over_time, side_by_side, small_multiples  # noqa: E402
 from helpers.paged.player import animate_allocator  # noqa: E402
 from helpers.paged.sim import compare_allocators  # noqa: E402
@@ -91,10 +91,75 @@ def test_widget_reruns_the_simulation_when_a_control_changes():
     assert player.slider.value == 0 and player.slider.max == max(len(r) for r in player.runs) - 1
 
 
-def test_widget_speed_control_sets_the_play_interval(runs):
+def test_widget_speed_control_sets_the_play_interval_but_never_below_a_frames_drawing_time(runs):
     player = animate_allocator(runs, interval_ms=400)
-    player.speed.value = 200
-    assert player.play.interval == 200
+    assert player.draw_ms > 0  # measured on the first frame
+    player.speed.value = 800
+    assert player.play.interval == max(800, player.draw_ms)
+    player.speed.value = 100  # "fast": faster than this machine draws frames?
+    assert player.play.interval == max(100, player.draw_ms)
+
+
+def test_play_slows_down_to_the_slowest_frame_drawn(runs, monkeypatch):
+    import helpers.paged.player as player_module
+
+    def slow_side_by_side(*args, **kwargs):  # a frame that takes 0.5 s to draw
+        clock[0] += 0.5
+        return side_by_side(*args, **kwargs)
+
+    clock = [0.0]
+    monkeypatch.setattr(player_module, "side_by_side", slow_side_by_side)
+    monkeypatch.setattr(player_module.time, "perf_counter", lambda: clock[0])
+    player = animate_allocator(runs, interval_ms=400)
+    assert player.draw_ms == 630 and player.play.interval == 630  # 0.5 s and a quarter to send it
+    player.speed.value = 800
+    assert player.play.interval == 800
+
+
+def test_a_frame_already_drawn_is_not_drawn_again(runs, monkeypatch):
+    import helpers.paged.player as player_module
+
+    calls = []
+    monkeypatch.setattr(player_module, "side_by_side",
+                        lambda *args, **kwargs: calls.append(args[2]) or side_by_side(*args, **kwargs))
+    player = animate_allocator(runs)
+    first = player.image.value
+    player.step_forward.click()
+    player.step_back.click()
+    assert player.image.value == first
+    player.step_forward.click()
+    assert calls == [0, 1]
+    player.show(*runs)  # new runs: their frames are drawn anew
+    assert calls == [0, 1, 0]
+
+
+# ----- readable frames ---------------------------------------------------------------------------
+def _composite_on_white(color, alpha):
+    return tuple(alpha * c + (1 - alpha) for c in color[:3])
+
+
+def test_no_request_colour_looks_like_another_requests_reserved_empty_slots():
+    # tab20's pale hues (r09-r17 before) drawn solid were within 0.09 of a saturated hue at RESERVED_ALPHA
+    solid = {request_color(f"r{i:02d}")[:3] for i in range(40)}
+    pale = {_composite_on_white(c, RESERVED_ALPHA) for c in solid}
+    closest = min(sum((a - b) ** 2 for a, b in zip(s, p)) ** 0.5 for s in solid for p in pale)
+    assert closest > 0.25, closest
+
+
+def test_block_tables_are_drawn_at_least_10_pixels_high_in_the_player(runs):
+    player = animate_allocator(runs)
+    png = player.image.value
+    width_px = int.from_bytes(png[16:20], "big")  # PNG's IHDR
+    px_per_pt = width_px / (player._figure.get_figwidth() * 72)
+    table = next(t for ax in player._figure.axes for t in ax.texts if t.get_text().startswith("block tables"))
+    assert table.get_fontsize() * px_per_pt >= 10
+    assert width_px <= 1200  # scaled down by a narrower output area, the text shrinks with it
+
+
+def test_requests_over_time_count_whole_requests():
+    few = compare_allocators(random_trace(seed=0)[:3], num_blocks=64, block_size=16, max_model_len=256)
+    ticks = plot_memory_over_time(*few).axes[1].get_yticks()  # 0-3 requests: before, ticks every 0.5
+    assert all(float(t).is_integer() for t in ticks), ticks
 
 
 def test_figure_png_returns_png_bytes(runs):

@@ -102,9 +102,12 @@ def simulate_static(trace: Sequence[BatchRequest], max_num_seqs: int, model: Ste
             slots += (None,) * (max_num_seqs - len(batch))
             duration = model.step_seconds(num_prefill, num_decode)
             sampled = execute_step(scheduled, now + duration)
-            prefill_ids = frozenset(q.request_id for q in scheduled) if prefilling else frozenset()
+            # A member left out of the prefill budget, or already prefilled, holds its slot and computes nothing.
+            ids = frozenset(q.request_id for q in scheduled)
+            prefill_ids, decode_ids = (ids, frozenset()) if prefilling else (frozenset(), ids)
             steps.append(StepRecord(
                 index=len(steps), start_s=now, duration_s=duration, slots=slots, prefill_ids=prefill_ids,
+                decode_ids=decode_ids,
                 num_prefill_tokens=num_prefill, num_decode_seqs=num_decode, num_tokens_produced=len(sampled),
                 num_waiting=len(waiting), num_free_blocks=None,
             ))
@@ -213,6 +216,7 @@ def simulate_continuous(
                     kv.free(seq.request_id)
         steps.append(StepRecord(
             index=len(steps), start_s=now, duration_s=duration, slots=slots_now, prefill_ids=prefill_ids,
+            decode_ids=frozenset(q.request_id for q in decoding),
             num_prefill_tokens=num_prefill, num_decode_seqs=len(decoding), num_tokens_produced=len(sampled),
             num_waiting=len(waiting), num_free_blocks=free_now,
         ))

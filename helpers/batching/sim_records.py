@@ -41,8 +41,9 @@ class StepRecord:
     duration_s: float
     slots: tuple[str | None, ...]  # request id in each batch slot; None = idle slot
     prefill_ids: frozenset[str]  # requests computing prompt tokens in this step
+    decode_ids: frozenset[str]  # requests computing one output token in this step
     num_prefill_tokens: int
-    num_decode_seqs: int  # sequences charged a decode (static: includes padding rows)
+    num_decode_seqs: int  # sequences charged a decode (static: includes padding rows, not in decode_ids)
     num_tokens_produced: int  # output tokens sampled at the end of this step
     num_waiting: int  # arrived requests still waiting after this step's admissions
     num_free_blocks: int | None  # KV blocks left; None = memory not simulated
@@ -55,6 +56,13 @@ class StepRecord:
     def num_idle_slots(self) -> int:
         return sum(s is None for s in self.slots)
 
+    @property
+    def num_busy_slots(self) -> int:
+        """Slots whose request computes tokens in this step. A static batch's member holds its
+        slot and computes nothing while the batch's prompts are prefilled (continuous batching
+        would only do so with a step budget of fewer tokens than running requests)."""
+        return sum(s is not None and (s in self.prefill_ids or s in self.decode_ids) for s in self.slots)
+
 
 @dataclass(frozen=True)
 class BatchingSummary:
@@ -66,7 +74,7 @@ class BatchingSummary:
     num_preemptions: int
     makespan_s: float  # first arrival -> last token
     output_tok_s: float  # num_output_tokens / makespan_s
-    slot_utilization: float  # 0-1: busy slot-seconds / (max_num_seqs * seconds of steps)
+    slot_utilization: float  # 0-1: busy slot-seconds / (max_num_seqs * seconds of steps); see num_busy_slots
     e2e_p50_s: float
     e2e_p95_s: float
     ttft_p50_s: float
@@ -90,17 +98,18 @@ def summarize_batching(
     """Headline numbers from raw records (a pure function: recompute anything from the records).
 
     Utilization is time-weighted over the steps only: time with no step (idle engine
-    waiting for arrivals) counts neither for nor against it. Percentiles interpolate
-    linearly (numpy's default).
+    waiting for arrivals) counts neither for nor against it. A slot is busy in a step when
+    its request computes tokens in it (`StepRecord.num_busy_slots`): holding the slot while
+    waiting for a prefill is not work. Percentiles interpolate linearly (numpy's default).
 
-    >>> s = [StepRecord(0, 0.0, 1.0, ("a", None), frozenset(), 0, 1, 1, 0, None)]
+    >>> s = [StepRecord(0, 0.0, 1.0, ("a", None), frozenset(), frozenset({"a"}), 0, 1, 1, 0, None)]
     >>> r = [BatchRequestRecord("a", 0.0, 1, 1, 0.0, 0.0, 1.0, 1.0, 1.0, 0)]
     >>> summarize_batching(r, s, max_num_seqs=2).slot_utilization  # one slot of two busy
     0.5
     """
     num_tokens = sum(r.output_len for r in requests)
     makespan = max(r.finish_s for r in requests) - min(r.arrival_s for r in requests)
-    busy = sum(s.duration_s * (len(s.slots) - s.num_idle_slots) for s in steps)
+    busy = sum(s.duration_s * s.num_busy_slots for s in steps)
     total = sum(s.duration_s for s in steps) * max_num_seqs
     e2e = [r.e2e_s for r in requests]
     ttft = [r.ttft_s for r in requests]

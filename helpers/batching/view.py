@@ -10,6 +10,8 @@ Taught in the continuous-batching notebook.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 
 import ipywidgets as widgets
@@ -29,6 +31,8 @@ from helpers.drawing import figure_png
 IDLE_COLOR = "0.85"  # light grey, hatched: a slot nobody uses during a step
 PREFILL_ALPHA = 0.6  # prefill segments: the request's colour, lighter and dotted
 PREFILL_HATCH = "..."
+WAIT_EDGE_WIDTH = 1.2  # in its slot but computing nothing: white, outlined in the request's colour
+MAX_CACHED_FRAMES = 400  # PNGs kept per run (about 30-100 kB each), so replaying a run does not redraw it
 # tab20 with its light/dark pairs split up, so neighbouring requests differ in hue.
 _PALETTE = [matplotlib.colormaps["tab20"](i) for i in (*range(0, 20, 2), *range(1, 20, 2))]
 
@@ -44,7 +48,7 @@ def running_counters(steps: Sequence[StepRecord], max_num_seqs: int) -> tuple[in
     Elapsed time runs from 0 (the trace's clock) to the end of the last step.
 
     >>> from helpers.batching.sim_records import StepRecord
-    >>> s = [StepRecord(0, 0.0, 2.0, ("a", None), frozenset(), 0, 1, 1, 0, None)]
+    >>> s = [StepRecord(0, 0.0, 2.0, ("a", None), frozenset(), frozenset({"a"}), 0, 1, 1, 0, None)]
     >>> running_counters(s, max_num_seqs=2)
     (1, 2.0, 0.5, 0.5)
     """
@@ -52,7 +56,7 @@ def running_counters(steps: Sequence[StepRecord], max_num_seqs: int) -> tuple[in
         return 0, 0.0, 0.0, 0.0
     tokens = sum(s.num_tokens_produced for s in steps)
     elapsed = steps[-1].end_s
-    busy = sum(s.duration_s * (len(s.slots) - s.num_idle_slots) for s in steps)
+    busy = sum(s.duration_s * s.num_busy_slots for s in steps)
     util = busy / (max_num_seqs * sum(s.duration_s for s in steps))
     return tokens, elapsed, tokens / elapsed if elapsed > 0 else 0.0, util
 
@@ -61,7 +65,9 @@ def draw_slots(ax: Axes, result: SimResult, upto_step: int | None = None, xmax_s
     """A Gantt chart of batch slots: one lane per slot, time (s) across.
 
     Each step paints every lane: the colour of the request in that slot (lighter and
-    dotted while it is prefilling), or grey hatching when the slot is idle. Blank time
+    dotted while it is prefilling), white outlined in its colour when it holds the slot but
+    computes nothing (a static batch's member waiting for the batch's prefills), or grey
+    hatching when the slot is idle. Only computing slots count as utilized. Blank time
     means no step ran (the engine waited for arrivals). Only the first `upto_step` steps
     are drawn (None: all), with running counters of throughput and utilization above the
     plot, so the same function draws an animation frame and the finished picture.
@@ -79,12 +85,19 @@ def draw_slots(ax: Axes, result: SimResult, upto_step: int | None = None, xmax_s
     colors = request_colors(result)
     for lane in range(result.max_num_seqs):
         runs = _lane_runs(steps, lane)
-        for prefilling, hatch in ((False, None), (True, PREFILL_HATCH)):
-            mine = [(key[0], t0, t1) for key, t0, t1 in runs if key is not None and key[1] is prefilling]
-            if mine:
-                faces = [to_rgba(colors[rid], PREFILL_ALPHA if prefilling else 1.0) for rid, _, _ in mine]
-                ax.broken_barh([(t0, t1 - t0) for _, t0, t1 in mine], (lane - 0.4, 0.8), facecolors=faces,
-                               edgecolor="white", hatch=hatch, linewidth=0.3)
+        for state in ("decode", "prefill", "wait"):
+            mine = [(key[0], t0, t1) for key, t0, t1 in runs if key is not None and key[1] == state]
+            if not mine:
+                continue
+            own = [colors[rid] for rid, _, _ in mine]
+            bars = [(t0, t1 - t0) for _, t0, t1 in mine]
+            if state == "wait":
+                ax.broken_barh(bars, (lane - 0.35, 0.7), facecolors="white", edgecolors=own,
+                               linewidth=WAIT_EDGE_WIDTH)
+            else:
+                faces = [to_rgba(c, PREFILL_ALPHA if state == "prefill" else 1.0) for c in own]
+                ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=faces, edgecolor="white",
+                               hatch=PREFILL_HATCH if state == "prefill" else None, linewidth=0.3)
         idle = [(t0, t1 - t0) for key, t0, t1 in runs if key is None]
         if idle:
             ax.broken_barh(idle, (lane - 0.4, 0.8), facecolors=IDLE_COLOR, edgecolor="0.6", hatch="///",
@@ -102,13 +115,14 @@ def draw_slots(ax: Axes, result: SimResult, upto_step: int | None = None, xmax_s
             transform=ax.transAxes, ha="right", va="bottom", fontsize=9)
 
 
-def _lane_runs(steps: Sequence[StepRecord], lane: int) -> list[tuple[tuple[str, bool] | None, float, float]]:
+def _lane_runs(steps: Sequence[StepRecord], lane: int) -> list[tuple[tuple[str, str] | None, float, float]]:
     """A lane's steps merged into runs of (occupant, start_s, end_s); occupant is
-    (request_id, prefilling) or None when idle. Merging keeps the drawing fast."""
-    runs: list[tuple[tuple[str, bool] | None, float, float]] = []
+    (request_id, "prefill" / "decode" / "wait") or None when idle. Merging keeps the drawing fast."""
+    runs: list[tuple[tuple[str, str] | None, float, float]] = []
     for s in steps:
         rid = s.slots[lane]
-        key = None if rid is None else (rid, rid in s.prefill_ids)
+        state = "prefill" if rid in s.prefill_ids else "decode" if rid in s.decode_ids else "wait"
+        key = None if rid is None else (rid, state)
         if runs and runs[-1][0] == key and abs(runs[-1][2] - s.start_s) < 1e-9:
             runs[-1] = (key, runs[-1][1], s.end_s)
         else:
@@ -122,6 +136,8 @@ def slot_legend_handles() -> list[Patch]:
         Patch(facecolor=_PALETTE[0], label="request decoding (one colour each)"),
         Patch(facecolor=to_rgba(_PALETTE[0], PREFILL_ALPHA), edgecolor="white", hatch=PREFILL_HATCH,
               label="request prefilling"),
+        Patch(facecolor="white", edgecolor=_PALETTE[0], linewidth=WAIT_EDGE_WIDTH,
+              label="in its slot, waiting for a prefill (not computed)"),
         Patch(facecolor=IDLE_COLOR, edgecolor="0.6", hatch="///", label="idle slot"),
     ]
 
@@ -180,7 +196,7 @@ def compare_figure(static: SimResult, continuous: SimResult) -> Figure:
     for row, result in enumerate((static, continuous)):
         ax = fig.add_subplot(grid[row, :])
         draw_slots(ax, result, xmax_s=xmax)
-    fig.legend(handles=slot_legend_handles(), loc="outside lower center", ncols=3, fontsize=8)
+    fig.legend(handles=slot_legend_handles(), loc="outside lower center", ncols=4, fontsize=8)
     draw_summary_bars(fig.add_subplot(grid[2, 0]), fig.add_subplot(grid[2, 1]), [static, continuous])
     fig.suptitle(finding(static.summary, continuous.summary), fontsize=12)
     return fig
@@ -194,9 +210,8 @@ def draw_scheduler_frame(fig: Figure, static: SimResult, continuous: SimResult, 
     draw_slots(top, static, step, xmax)
     draw_slots(bottom, continuous, step, xmax)
     top.set_xlabel("")
-    fig.legend(handles=slot_legend_handles(), loc="outside lower center", ncols=3, fontsize=8)
+    fig.legend(handles=slot_legend_handles(), loc="outside lower center", ncols=4, fontsize=8)
     fig.suptitle(f"engine step {step} of {max(len(static.steps), len(continuous.steps))}", fontsize=11)
-
 
 
 def animate_scheduler(
@@ -210,9 +225,11 @@ def animate_scheduler(
     """An ipywidgets player: static vs continuous batching, one engine step at a time.
 
     Play (with its pause button) drives the step slider; the buttons step once; "ms/step"
-    sets the speed. Changing the trace kind, max_num_seqs or the length spread re-runs
-    both simulations. Frames are matplotlib PNGs in an `ipywidgets.Image`, so any front
-    end that renders widgets shows them (no ipympl). Where widgets do not render, show
+    sets the speed, never below the slowest frame drawn so far (a faster Play would queue
+    frames the kernel draws late, after a pause). Changing the trace kind, max_num_seqs or
+    the length spread (on release) re-runs both simulations. Frames are matplotlib PNGs in
+    an `ipywidgets.Image`, kept per step, so any front end that renders widgets shows them
+    (no ipympl) and a replay costs nothing. Where widgets do not render, show
     `compare_figure` instead. Leaves out memory limits (see `simulate_continuous`).
 
     >>> box = animate_scheduler(num_requests=8)  # in a notebook, the last line of a cell shows it
@@ -228,23 +245,38 @@ def animate_scheduler(
     speed = widgets.IntSlider(value=150, min=20, max=1000, step=10, description="ms/step")
     kind_box = widgets.Dropdown(options=BATCHING_TRACE_KINDS, value=kind, description="trace")
     wide = {"description_width": "initial"}  # show the whole label
-    seqs_box = widgets.IntSlider(value=max_num_seqs, min=1, max=64, description="max_num_seqs", style=wide)
+    # Each value re-runs both simulations: only on release, not for every value dragged over.
+    seqs_box = widgets.IntSlider(value=max_num_seqs, min=1, max=64, description="max_num_seqs", style=wide,
+                                 continuous_update=False)
     spread_box = widgets.FloatSlider(value=spread, min=0.0, max=1.0, step=0.05, description="length spread",
-                                     style=wide)
+                                     style=wide, continuous_update=False)
     image = widgets.Image(format="png")
     caption = widgets.HTML()
     widgets.link((play, "value"), (slider, "value"))
     widgets.link((speed, "value"), (play, "interval"))
     state: dict[str, SimResult] = {}
+    frames: dict[int, bytes] = {}  # this run's PNGs by step
 
     def redraw(_change: object = None) -> None:
-        draw_scheduler_frame(fig, state["static"], state["continuous"], slider.value)
-        image.value = figure_png(fig)
+        step = slider.value
+        if step not in frames:
+            start = time.perf_counter()
+            draw_scheduler_frame(fig, state["static"], state["continuous"], step)
+            if len(frames) >= MAX_CACHED_FRAMES:
+                frames.pop(next(iter(frames)))
+            frames[step] = figure_png(fig)
+            floor = 10 * math.ceil((time.perf_counter() - start) * 125)  # ms, 1/4 to spare to send the PNG
+            if floor > speed.min:
+                speed.max = max(speed.max, floor)
+                speed.value = max(speed.value, floor)
+                speed.min = floor
+        image.value = frames[step]
 
     def rerun(_change: object = None) -> None:
         trace = make_batching_trace(kind_box.value, num_requests, spread_box.value, seed)
         state["static"] = simulate_static(trace, seqs_box.value, model)
         state["continuous"] = simulate_continuous(trace, seqs_box.value, model)
+        frames.clear()
         num_steps = max(len(r.steps) for r in state.values())
         with slider.hold_trait_notifications():
             play.max = slider.max = num_steps

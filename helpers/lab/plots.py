@@ -69,7 +69,7 @@ def plot_latency_cdf(groups: dict[int, Sequence[Any]]) -> plt.Figure:
         ax.set_xlabel(f"{what}, s")
         ax.grid(alpha=0.3)
         ax.set_xlim(left=0)
-    axes[0].set_ylabel("fraction of requests finished")
+    axes[0].set_ylabel("fraction of requests at or below x")  # the y axis is shared: latency or TTFT
     axes[0].legend(loc="lower right", fontsize=8, title="dotted p50, dashed p95", title_fontsize=8)
     axes[0].set_title("End-to-end latency")
     axes[1].set_title("Time to first token")
@@ -87,7 +87,9 @@ def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Seque
     ``reference``: other runs (e.g. the committed reference results), drawn as hollow bars beside.
 
     Failed requests add no tokens; the title says how many there were and why, and a
-    setting with no successful request at all is named instead of divided by.
+    setting with no successful request at all is named instead of divided by. The ideal
+    ratio counts only the slots the runs' requests can fill: 64 slots serve 50 requests
+    as 50 do.
     """
     fig, ax = plt.subplots(figsize=(7, 4))
     settings = list(groups)
@@ -117,9 +119,11 @@ def plot_throughput(groups: dict[int, Sequence[Any]], reference: dict[int, Seque
     title = ""
     if len(means) >= 2 and settings[0] in means and settings[-1] in means:
         a, b = settings[0], settings[-1]
+        sent = max((run.summary.num_requests for runs in groups.values() for run in runs), default=0)
+        ideal = min(b, sent) / min(a, sent) if sent else b / a
         if means[a] > 0:
             title = (f"max_num_seqs={b} gave {means[b] / means[a]:.2f}x the throughput of {a} "
-                     f"(ideal: {b / a:g}x)\nbars: mean of the runs, whiskers: their range")
+                     f"(ideal: {ideal:.3g}x)\nbars: mean of the runs, whiskers: their range")
         else:
             title = f"No request succeeded at max_num_seqs={a}: nothing to compare {b} with"
     failures = _failures_note([run for runs in groups.values() for run in runs])
@@ -148,13 +152,15 @@ def plot_timeline(runs: dict[int, Any]) -> plt.Figure:
         waits[seqs] = max((r.ttft_s for r in run.records if r.ok and r.ttft_s is not None), default=None)
         summary = run.summary
         failed = f"; {summary.num_errors} of {summary.num_requests} failed (x)" if summary.num_errors else ""
-        ax.set_title(f"max_num_seqs={seqs}: at most {summary.peak_generating} generating at once{failed}")
+        ax.set_title(f"max_num_seqs={seqs}: at most {summary.peak_generating} generating at once{failed}", fontsize=10)
         ax.set_xlabel("time since the run started, s")
         ax.set_ylabel("request (sorted by send, then first token)")
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=WAIT_COLOR), plt.Rectangle((0, 0), 1, 1, color=GENERATE_COLOR)]
-    axes[0][0].legend(handles, ["waiting for a slot + prefill (TTFT)", "generating"], loc="upper right", fontsize=8)
+    # Below the panels, under the time axis: inside, it covered the bars of the first requests.
+    axes[0][0].legend(handles, ["waiting for a slot + prefill (TTFT)", "generating"], loc="upper left",
+                      bbox_to_anchor=(0.0, -0.15), ncols=2, fontsize=8, frameon=False)
     axes[0][0].set_xlim(left=0)
     settings = list(runs)
     if len(settings) >= 2 and None not in (waits[settings[0]], waits[settings[-1]]):
@@ -170,14 +176,15 @@ def plot_sweep(rows: Sequence[ResultRow], own: Sequence[ResultRow] = (),
     """Throughput and p95 latency against max_num_seqs (pooled rows of ``runs_table``), with ideal
     linear scaling from the smallest setting, the prediction overlaid and the learner's own points.
 
-    A number no request measured (a setting whose requests all failed: None in its summary) is
-    left out of lines and titles, and the rows' failed requests are counted in the title.
+    A number no request measured (a setting whose requests all failed: None in its summary, or
+    0 tok/s, which a log axis cannot show) is left out of lines and titles, and the rows'
+    failed requests are counted in the title.
     """
     rows = sorted(rows, key=lambda row: row.max_num_seqs)
     seqs = np.array([row.max_num_seqs for row in rows], dtype=float)
-    tput = _numbers([row.summary.output_tok_per_s for row in rows])
+    tput = _numbers([row.summary.output_tok_per_s for row in rows], positive=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    _with_range(left, seqs, [row.summary for row in rows], "output_tok_per_s", f"measured ({source})")
+    _with_range(left, seqs, [row.summary for row in rows], "output_tok_per_s", f"measured ({source})", positive=True)
     base_seqs, base = seqs[0], tput[0]
     grid = np.geomspace(seqs[0], seqs[-1], 50)
     left.plot(grid, base * grid / base_seqs, "k--", lw=1, label=f"ideal linear from max_num_seqs={base_seqs:g}")
@@ -188,7 +195,7 @@ def plot_sweep(rows: Sequence[ResultRow], own: Sequence[ResultRow] = (),
         left.plot(prediction["max_num_seqs"], prediction["predicted_output_tok_s"], "s-", color="#8e44ad",
                   ms=5, lw=1.5, label="simulator prediction (continuous-batching notebook)")
     for ax, number in ((left, lambda s: s.output_tok_per_s), (right, lambda s: s.e2e_p95_s)):
-        mine = [(row.max_num_seqs, number(row.summary)) for row in own if number(row.summary) is not None]
+        mine = [(row.max_num_seqs, number(row.summary)) for row in own if (number(row.summary) or 0) > 0]
         if mine:
             ax.plot([m[0] for m in mine], [m[1] for m in mine], "*", color=ERROR_COLOR, ms=14,
                     label="your runs", zorder=5)
@@ -249,18 +256,21 @@ def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
 
 
-def _numbers(values: Sequence[float | None]) -> np.ndarray:
-    """Floats, with None (nothing measured) as NaN: a gap in a line, not a crash.
+def _numbers(values: Sequence[float | None], positive: bool = False) -> np.ndarray:
+    """Floats, with None (nothing measured) as NaN: a gap in a line, not a crash. With
+    ``positive``, 0 and below are NaN too: a log axis draws them nowhere.
 
-    >>> _numbers([1.0, None]).tolist()
-    [1.0, nan]
+    >>> _numbers([1.0, None]).tolist(), _numbers([1.0, 0.0], positive=True).tolist()
+    ([1.0, nan], [1.0, nan])
     """
-    return np.array([np.nan if value is None else value for value in values], dtype=float)
+    floats = np.array([np.nan if value is None else value for value in values], dtype=float)
+    return np.where(floats > 0, floats, np.nan) if positive else floats
 
 
-def _with_range(ax, seqs, summaries: Sequence[RunSummary], name: str, label: str) -> None:
-    """The summaries' number ``name`` as points, with whiskers over the runs' range where pooled."""
-    values = _numbers([getattr(summary, name) for summary in summaries])
+def _with_range(ax, seqs, summaries: Sequence[RunSummary], name: str, label: str, positive: bool = False) -> None:
+    """The summaries' number ``name`` as points, with whiskers over the runs' range where pooled
+    (``positive``: for a log axis, as in `_numbers`)."""
+    values = _numbers([getattr(summary, name) for summary in summaries], positive)
     ranges = [summary.range_of(name) for summary in summaries]
     lo = np.array([value if spread is None else spread[0] for value, spread in zip(values, ranges)], dtype=float)
     hi = np.array([value if spread is None else spread[1] for value, spread in zip(values, ranges)], dtype=float)

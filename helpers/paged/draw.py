@@ -23,17 +23,19 @@ from matplotlib.patches import Patch, Rectangle
 from helpers.paged.sim import KVFrame
 from helpers.paged.usage import BlockStatus, PoolCell
 
-# tab20's strong hues first, then the pale ones; its greys (14, 15) are left for cached blocks
-_PALETTE = [matplotlib.colormaps["tab20"](i) for i in (*range(0, 20, 2), *range(1, 20, 2)) if i not in (14, 15)]
+# tab10's saturated hues only, its grey left for cached blocks: a pale hue drawn solid
+# looked like another request's reserved-but-empty slots (its colour at RESERVED_ALPHA).
+_PALETTE = [matplotlib.colormaps["tab10"](i) for i in range(10) if i != 7]
+RESERVED_ALPHA = 0.3  # reserved, no token yet: the request's colour, pale
 _SHARED = "#b8860b"  # dark gold: a block in several block tables
 _CACHED = "#bdbdbd"
 _FRAGMENT = "#d62728"
 
 
 def request_color(request_id: str) -> tuple[float, float, float, float]:
-    """A stable colour per request: its number picks one of 18 hues (r00 -> first hue).
+    """A stable colour per request: its number picks one of 9 saturated hues (r00 -> first hue).
 
-    >>> request_color("r03") == request_color("r21")  # 18 hues, so they repeat
+    >>> request_color("r03") == request_color("r12")  # 9 hues, so they repeat
     True
     """
     digits = "".join(ch for ch in request_id if ch.isdigit())
@@ -78,13 +80,13 @@ def _draw_cell(ax: Axes, cell: PoolCell, frame: KVFrame, row_slots: int, row_h: 
         return
     shared = len(cell.owners) > 1  # only full blocks are shared, so all of it holds tokens
     color = _SHARED if shared else request_color(cell.owners[0])
-    boxes(pieces, facecolor=to_rgba(color, 0.3), edgecolor="none")  # reserved
+    boxes(pieces, facecolor=to_rgba(color, RESERVED_ALPHA), edgecolor="none")  # reserved
     boxes(_segments(cell.first_slot, cell.num_tokens, row_slots), facecolor=color, edgecolor="none")  # holds tokens
     boxes(pieces, facecolor="none", edgecolor="black", linewidth=0.6)
     row, col, width = pieces[0]
     if width >= 6:  # slots; narrower pieces have no room for a label
         label = f"×{len(cell.owners)}" if shared else cell.owners[0]
-        ax.text(col + width / 2, -(row + 0.55) * row_h, label, ha="center", va="center", fontsize=6,
+        ax.text(col + width / 2, -(row + 0.55) * row_h, label, ha="center", va="center", fontsize=7,
                 color="white" if shared else "black")
 
 
@@ -131,7 +133,7 @@ def _counter_lines(frame: KVFrame) -> list[str]:
 def _legend_handles(frame: KVFrame) -> list[Patch]:
     handles = [
         Patch(facecolor=request_color("r00"), label="slot holds a token"),
-        Patch(facecolor=to_rgba(request_color("r00"), 0.3), label="reserved, no token yet"),
+        Patch(facecolor=to_rgba(request_color("r00"), RESERVED_ALPHA), label="reserved, no token yet"),
     ]
     if frame.block_size == 1:
         handles.append(Patch(facecolor="white", edgecolor=_FRAGMENT, hatch="\\\\\\", label="hole < max_model_len"))
@@ -203,7 +205,7 @@ def draw_kv_frame(
     if show_tables:
         header = "block tables" if frame.block_size > 1 else "reserved runs"
         text = "\n".join([header, *_table_lines(frame, max_table_rows), "", *_counter_lines(frame)])
-        ax.text(row_slots * 1.04, row_h * 0.05, text, va="top", ha="left", fontsize=6.5, family="monospace")
+        ax.text(row_slots * 1.04, row_h * 0.05, text, va="top", ha="left", fontsize=8, family="monospace")
     if legend:
-        ax.legend(handles=_legend_handles(frame), loc="lower right", fontsize=6, frameon=False)
+        ax.legend(handles=_legend_handles(frame), loc="lower right", fontsize=7, frameon=False)
     return ax

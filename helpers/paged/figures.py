@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from helpers.paged.draw import default_row_slots, draw_kv_frame
 from helpers.paged.sim import KVFrame
@@ -95,6 +96,7 @@ def plot_memory_over_time(*runs: Sequence[KVFrame], fig: Figure | None = None) -
     ax_mem.set_ylim(0, summaries[0].capacity_slots * 1.12)
     ax_mem.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax_req.set_ylabel("requests")
+    ax_req.yaxis.set_major_locator(MaxNLocator(integer=True))  # no half requests
     ax_req.set_xlabel("decode step")
     ax_req.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax_mem.set_title(_finding(summaries), fontsize=11)

@@ -10,6 +10,8 @@ shows the static figures of :mod:`helpers.paged.figures` instead.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
@@ -22,6 +24,7 @@ from helpers.paged.sim import KVFrame, compare_allocators
 from helpers.paged.trace import KV_TRACE_KINDS, KVRequest, make_kv_trace
 
 TraceFactory = Callable[[str, int, int], Sequence[KVRequest]]  # (kind, seed, max_model_len) -> trace
+MAX_CACHED_FRAMES = 400  # PNGs kept per run (about 60-150 kB each), so replaying a run does not redraw it
 
 
 def _narrow() -> widgets.Layout:
@@ -36,7 +39,8 @@ def _dropdown(description: str, choices: Sequence[int], value: int) -> widgets.D
 class PagedKVPlayer(widgets.VBox):
     """The widget `animate_allocator` returns. Its parts are attributes, so a test (or a curious
     learner) can drive it: `slider`, `play`, `step_back`, `step_forward`, `speed`, `image`,
-    and `runs`, the frames on show. See `animate_allocator` for what it does."""
+    `runs`, the frames on show, and `draw_ms`, the shortest Play interval the frames drawn so
+    far allow. See `animate_allocator` for what it does."""
 
     def __init__(
         self,
@@ -54,6 +58,8 @@ class PagedKVPlayer(widgets.VBox):
         self._figure = Figure(figsize=(11, 8.5), layout="constrained")
         self._dpi = dpi
         self.runs: tuple[list[KVFrame], ...] = ()
+        self._frames: dict[int, bytes] = {}  # this run's PNGs by step
+        self.draw_ms = 0
         self.play = widgets.Play(min=0, max=0, interval=interval_ms, description="play")
         self.slider = widgets.IntSlider(min=0, max=0, description="step", continuous_update=True)
         widgets.jslink((self.play, "value"), (self.slider, "value"))  # Play drives the slider in the browser
@@ -61,9 +67,10 @@ class PagedKVPlayer(widgets.VBox):
         self.step_forward = widgets.Button(description="step ▶", layout=widgets.Layout(width="80px"))
         self.step_back.on_click(lambda _: self._move(-1))
         self.step_forward.on_click(lambda _: self._move(+1))
-        speeds = [(f"{x}×", round(interval_ms / x)) for x in (0.5, 1, 2, 4)]  # label, ms per step
+        # ms per step; Play never goes faster than frames are drawn, so "fast" may be no faster than "normal"
+        speeds = [("slow", 2 * interval_ms), ("normal", interval_ms), ("fast", max(1, interval_ms // 4))]
         self.speed = widgets.Dropdown(options=speeds, value=interval_ms, description="speed", layout=_narrow())
-        self.speed.observe(lambda change: setattr(self.play, "interval", change["new"]), "value")
+        self.speed.observe(lambda _: self._pace(), "value")
         self.image = widgets.Image(format="png")
         self.message = widgets.HTML()
         self.slider.observe(lambda _: self._redraw(), "value")
@@ -113,6 +120,7 @@ class PagedKVPlayer(widgets.VBox):
     def show(self, *runs: Sequence[KVFrame]) -> None:
         """Put these runs on the player (one, or two side by side) and draw step 0."""
         self.runs = tuple(list(r) for r in runs)
+        self._frames.clear()
         last = max(len(r) for r in self.runs) - 1
         self.play.value = self.slider.value = 0
         self.play.max = self.slider.max = last
@@ -125,11 +133,22 @@ class PagedKVPlayer(widgets.VBox):
         if not self.runs:
             return
         index = self.slider.value
-        if len(self.runs) == 1:
-            draw_kv_frame(self._figure, at_step(self.runs[0], index))
-        else:
-            side_by_side(self.runs[0], self.runs[1], index, fig=self._figure)
-        self.image.value = figure_png(self._figure, dpi=self._dpi)
+        if index not in self._frames:
+            start = time.perf_counter()
+            if len(self.runs) == 1:
+                draw_kv_frame(self._figure, at_step(self.runs[0], index))
+            else:
+                side_by_side(self.runs[0], self.runs[1], index, fig=self._figure)
+            if len(self._frames) >= MAX_CACHED_FRAMES:
+                self._frames.pop(next(iter(self._frames)))
+            self._frames[index] = figure_png(self._figure, dpi=self._dpi)
+            # A Play faster than this queues ticks the kernel draws late, even after a pause.
+            self.draw_ms = max(self.draw_ms, 10 * math.ceil((time.perf_counter() - start) * 125))  # 1/4 spare
+            self._pace()
+        self.image.value = self._frames[index]
+
+    def _pace(self) -> None:
+        self.play.interval = max(self.speed.value, self.draw_ms)
 
 
 def animate_allocator(
@@ -142,9 +161,10 @@ def animate_allocator(
     max_model_len: int = 256,
     enable_prefix_caching: bool = False,
     interval_ms: int = 400,
-    dpi: int = 80,
+    dpi: int = 100,
 ) -> PagedKVPlayer:
-    """An ipywidgets player for a run: Play/pause, a step slider, step buttons, speed.
+    """An ipywidgets player for a run: Play/pause, a step slider, step buttons, speed
+    (`interval_ms` per step at "normal"; never faster than the slowest frame drawn so far).
 
     `source` is either frames to show (one run, or a (contiguous, paged) pair), or
     nothing / a trace factory `(kind, seed, max_model_len) -> trace`: then the widget
@@ -152,8 +172,8 @@ def animate_allocator(
     kind, seed, block size, pool size (slots, the same for both schemes), max model length
     and prefix caching; changing one re-runs the simulation. Each step is drawn with
     `side_by_side` (or `draw_kv_frame`) into one Figure, shown as a PNG in an `Image`
-    widget. Redrawing needs a live kernel; where widgets don't render, show the static
-    figures (`plot_memory_over_time`, `small_multiples`) instead.
+    widget, kept per step so a replay costs nothing. Redrawing needs a live kernel; where
+    widgets don't render, show the static figures (`plot_memory_over_time`, `small_multiples`) instead.
 
     Example: `animate_allocator()` in a notebook cell; `animate_allocator(compare_allocators(trace))`
     for a fixed run; `animate_allocator(frames_paged)` for one run.
