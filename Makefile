@@ -10,7 +10,7 @@ test: setup browser      ## unit tests, the helpers' docstring examples, every n
 	$(PY) -m pytest tests notebooks --nbval-lax -p no:cacheprovider -v --durations=40  # each lab runs once, as both versions with the answers: tests/test_filled_learner_lab.py
 	$(PY) -m pytest helpers --doctest-modules -p no:cacheprovider -q
 
-test-gpu: setup          ## on an NVIDIA GPU: the tests, then every notebook and instructor lab against the GPU server (VLLM_COURSE_GPU_AS=t4 takes a T4's path)
+test-gpu: setup          ## on an NVIDIA GPU: the tests, then every notebook and instructor lab against the GPU server (VLLM_COURSE_GPU_AS=t4: the course chooses a T4's flags; vLLM still sees the real GPU)
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "make test-gpu needs an NVIDIA GPU, and nvidia-smi sees none: use make test"; exit 1; }
 	$(PY) -m helpers.serve.gpu
 	$(PY) -m pytest tests notebooks labs --nbval-lax -p no:cacheprovider -v -m "not browser" --ignore=labs/learner

@@ -25,7 +25,8 @@
 #       notebooks and labs; "test-part:PATH[,PATH...]" the same pytest over one piece of it (tests/ files, tests/,
 #       a notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
 #       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
-#       makes every step take a T4's code path (float16, Triton attention) on a bigger GPU; "t4:STEP" only that
+#       makes the course choose a T4's flags (float16, Triton attention, no FP8 KV cache) on a bigger GPU (vLLM still picks
+#       its kernels and defaults from that GPU); "t4:STEP" only that
 #       step (its results file named t4-...), e.g. STEPS="t4:test-part:notebooks/06_beyond_one_server.ipynb lab-smollm2".
 # On a normal GPU machine use `make course` instead, and
 # `VLLM_COURSE_MODEL=dummy:llama-3.1-8b .venv/bin/python scripts/run_course.py labs/01_concurrency_lab.ipynb`.

@@ -13,7 +13,7 @@
   process answers ``/health`` and ``/v1/models`` with the replicas' model, and on failure raises
   :class:`helpers.errors.ServerStartError` with the router's log tail;
 - when the replicas have an API key, makes the router check it on every route and send it to
-  the replicas; the key goes through the router's environment only, as it does to vLLM, never
+  the replicas; the key goes through the router's environment only, as a server's reaches its key guard, never
   its command line, log or files (see :func:`helpers.route.command.build_router_launch`).
 
 The router is a target for the load tester (``url``, ``base_url``, ``model_name``, ``api_key``,

