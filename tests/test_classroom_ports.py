@@ -54,8 +54,8 @@ def test_the_router_port_in_use_is_refused_before_any_replica_starts(monkeypatch
     assert f"Port {port} on 127.0.0.1 is already in use" in capsys.readouterr().err
 
 
-def test_the_replicas_are_kept_off_the_routers_port(monkeypatch, capsys):
-    # --port 8000 --replicas N: without the reservation replica 1 took 127.0.0.1:8000 and the router then failed.
+def test_the_classroom_script_asks_the_replicas_to_keep_off_its_port(monkeypatch, capsys):
+    # What the script passes; the test below shows start_replicas then keeps off that port.
     seen = {}
 
     def record(n, config, **kwargs):
@@ -68,3 +68,24 @@ def test_the_replicas_are_kept_off_the_routers_port(monkeypatch, capsys):
     assert _script().main(["--replicas", "2", "--port", str(router_port)]) == 1
     assert seen == {"n": 2, "port": None, "host": "127.0.0.1", "avoid_ports": {router_port}}
     assert "stopped here" in capsys.readouterr().err
+
+
+def test_the_replicas_are_kept_off_the_routers_port(monkeypatch):
+    # --port 8000 --replicas N: without the reservation replica 1 took 127.0.0.1:8000 and the router then failed.
+    chosen = []
+
+    def record_ports(servers, **kwargs):
+        # The port each replica's launch would choose (launch_on_free_port: none another of them holds), no vLLM.
+        for server in servers:
+            chosen.append(preflight.choose_port(server.config, taken=set(chosen)))
+        return servers
+
+    # The device only decides each replica's share (CPU cores and memory, or GPU memory), not its port: a GPU keeps
+    # this test off this machine's free memory and core count.
+    monkeypatch.setattr(replicas_module, "choose_device", lambda config: "cuda")
+    monkeypatch.setattr(replicas_module, "start_together", record_ports)
+    router_port = preflight.choose_port(ServerConfig())  # free now: the port a first replica would have taken
+    replicas = replicas_module.start_replicas(2, avoid_ports={router_port}, quiet=True)
+    assert len(replicas) == 2 and len(chosen) == 2 and len(set(chosen)) == 2
+    assert router_port not in chosen, f"a replica would take the router's port {router_port}: {chosen}"
+    assert preflight.choose_port(ServerConfig()) == router_port  # the reservation ends with the start

@@ -125,15 +125,43 @@ def test_a_gpu_share_too_small_for_its_weights_is_refused_before_launch(gpu, uti
         assert "13.8 GiB for its bf16 weights" in why and gpu.name in why and "gpu_memory_utilization" in why
 
 
-def test_the_refusal_comes_from_start_on_a_small_gpu(monkeypatch, tmp_path, embedded_dir):
-    from helpers.errors import NotEnoughMemoryError
-    from helpers.serve import preflight
-    from helpers.serve.model import resolve_model
+@pytest.fixture(scope="module")
+def course_cache(tmp_path_factory, embedded_dir):
+    """A model cache with the embedded model ready, where resolve_model writes the dummy folder (SmolLM2's vocabulary)."""
+    cache = tmp_path_factory.mktemp("course-cache")
+    shutil.copytree(embedded_dir, cache / embedded_dir.name)
+    return cache
 
-    shutil.copytree(embedded_dir, tmp_path / embedded_dir.name)  # a cache with the embedded model ready
-    choice = resolve_model("dummy:llama-3.1-8b", cache_dir=tmp_path)  # its folder's config.json: SmolLM2's vocabulary
-    monkeypatch.setattr(preflight, "detect_gpus", lambda: [GPUInfo("Tesla T4", 15360, (7, 5))])
-    with pytest.raises(NotEnoughMemoryError, match="13.8 GiB for its bf16 weights.*Tesla T4"):
-        preflight.check_model_device(choice, "cuda")
-    monkeypatch.setattr(preflight, "detect_gpus", lambda: [GPUInfo("NVIDIA L4", 23034, (8, 9))])
-    preflight.check_model_device(choice, "cuda")  # 0.92 x 22.5 GiB holds it
+
+T4 = GPUInfo("Tesla T4", 15360, (7, 5))
+H100 = GPUInfo("NVIDIA H100 80GB HBM3", 81559, (9, 0))
+
+
+@pytest.mark.parametrize(("gpu", "utilization", "refused"), [(T4, None, True), (H100, 0.15, True), (H100, None, False)],
+                         ids=["t4", "h100-at-0.15", "h100"])
+def test_the_refusal_comes_from_start_on_a_small_gpu(monkeypatch, course_cache, gpu, utilization, refused):
+    """The checks a start makes (check_before_launch) refuse it, with the server's own gpu_memory_utilization."""
+    from helpers.errors import NotEnoughMemoryError
+    from helpers.serve import gpu as gpu_module
+    from helpers.serve import preflight, process
+    from helpers.serve.server import VLLMServer
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a vLLM process was launched by the checks before launch")
+
+    monkeypatch.setenv("VLLM_COURSE_CACHE", str(course_cache))
+    monkeypatch.delenv("VLLM_COURSE_MODEL", raising=False)
+    # This machine seen as one with that GPU: choose_device picks it ("auto"), the stack probe is skipped.
+    monkeypatch.setattr(preflight, "detect_device", lambda: "cuda")
+    monkeypatch.setattr(preflight, "detect_gpus", lambda: [gpu])
+    monkeypatch.setattr(gpu_module, "checked_stack", lambda: None)
+    monkeypatch.setattr(process, "spawn_server", no_launch)
+    server = VLLMServer(model="dummy:llama-3.1-8b", gpu_memory_utilization=utilization)
+    if refused:
+        share = f"{utilization or preflight.VLLM_GPU_MEMORY_UTILIZATION:g} x"
+        with pytest.raises(NotEnoughMemoryError, match=f"13.8 GiB for its bf16 weights.*{share}.*{gpu.name}"):
+            server.check_before_launch(lambda text: None)
+    else:
+        server.check_before_launch(lambda text: None)  # 0.92 x 79.6 GiB holds it
+        assert server.model_name == "dummy-llama-3.1-8b" and server.model_source == "dummy"
+    assert server.device == "cuda" and server.process is None

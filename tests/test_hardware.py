@@ -94,7 +94,8 @@ def test_other_vllm_servers_counts_processes_running_the_api_server_module():
 @pytest.mark.parametrize(("capability", "served"), [((7, 5), False), ((8, 0), False), ((8, 9), True), ((9, 0), True)],
                          ids=["t4", "a100", "l4", "h100"])
 def test_an_fp8_kv_cache_is_offered_only_from_compute_capability_8_9(capability, served):
-    """vLLM's Triton attention (pinned by notebook 05) refuses an FP8 KV cache below 8.9: notebook 05 skips it there."""
+    """vLLM's Triton attention (pinned by notebook 05) refuses an FP8 KV cache below 8.9: notebook 05 skips it there
+    (tests/test_tuning_pools.py::test_notebook_05s_fp8_kv_server_starts_only_where_fp8_kv_refusal_says_none)."""
     gpu = GPUInfo(f"GPU {capability}", 81920, capability)
     assert gpu.native_fp8 is served
     why = fp8_kv_refusal([gpu])

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.jupyterlab_browser import lab_command
+from tests import jupyterlab_browser
+from tests.jupyterlab_browser import JupyterLab, lab_command
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 DIRS = {name: Path("/tmp/lab") / name for name in ("config", "runtime", "data", "settings", "workspaces", "ipython")}
@@ -26,3 +27,24 @@ def test_jupyter_server_takes_its_token_from_that_variable(monkeypatch):
     monkeypatch.setenv("JUPYTER_TOKEN", env["JUPYTER_TOKEN"])
     provider = identity.IdentityProvider()
     assert provider.token == TOKEN and not provider.token_generated  # so its log shows '...', not the token
+
+
+def test_start_hands_the_token_to_jupyterlab_in_its_environment_only(monkeypatch, tmp_path):
+    # What start() itself gives Popen, which lab_command's test cannot see: Popen records it and raises, so nothing starts.
+    launched = []
+
+    class Refused(Exception):
+        pass
+
+    def record(argv, *, env, **kwargs):
+        launched.append((list(argv), dict(env)))
+        raise Refused
+
+    monkeypatch.setattr(jupyterlab_browser.subprocess, "Popen", record)
+    lab = JupyterLab(tmp_path / "root", tmp_path / "home", tmp_path / "lab.log")
+    with pytest.raises(Refused):
+        lab.start(timeout_s=1)
+    assert lab.process is None and len(launched) == 1
+    argv, env = launched[0]
+    assert not [word for word in argv if lab.token in word]
+    assert env["JUPYTER_TOKEN"] == lab.token

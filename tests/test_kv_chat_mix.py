@@ -7,11 +7,17 @@ long, and the notebook said blocks of 16 leave no empty tail, which the lab's ow
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from helpers.load.workload import ServerTokenizer
 from helpers.paged.capacity import LAB_MIX, Capacity, LengthMix, chat_mix, lab_capacity
 from helpers.paged.explain import explain_capacity
 from helpers.serve.log import KVCacheReport
 
 TEMPLATE_TOKENS = 30  # SmolLM2's chat template around one user message, as the lab's usage shows it
+NOTEBOOK_03 = Path(__file__).resolve().parent.parent / "notebooks" / "03_paged_attention.ipynb"
+CAPACITY_CELL = "92bcb8b4"  # notebook 03's capacity table of the lab's mix
 
 
 class WordTokenizer:
@@ -59,3 +65,19 @@ def test_a_tail_under_one_slot_is_not_said_to_cost_nothing():
             Capacity("exact", 93_184, 1, 269.0, 50, 50, 338, 1.0),
             Capacity("paged", 93_184, 16, 269.25, 50, 50, 337, 0.999)]
     assert "cost 0.25 slots per request" in explain_capacity(rows, LAB_MIX, 2048)
+
+
+def test_notebook_03s_capacity_cell_counts_the_lab_mix_through_the_servers_tokenizer(monkeypatch, capsys):
+    """The cell as the notebook has it, on the report above with a template-adding tokenizer for the server's."""
+    cells = json.loads(NOTEBOOK_03.read_text())["cells"]
+    source = "".join(next(c["source"] for c in cells if c.get("id") == CAPACITY_CELL))
+    server, asked = object(), []
+    monkeypatch.setattr(ServerTokenizer, "of", classmethod(lambda cls, s: asked.append(s) or WordTokenizer()))
+    report = KVCacheReport(num_tokens=93_184, num_blocks=728, block_size=128, max_model_len=2048, max_concurrency=45.5)
+    cell_globals = {"server": server, "kv": report, "LAB_OUTPUT_TOKENS": 64}
+    exec(source, cell_globals)  # noqa: S102 (the course's own cell)
+    said = capsys.readouterr().out
+    assert "no empty tail at all" not in said
+    assert "Blocks of 16 would leave 0.66% of the held slots empty" in said
+    assert asked == [server], "the lab mix is counted by ServerTokenizer.of(server)"
+    assert cell_globals["lab_mix"] == chat_mix(WordTokenizer(), output_len=64)

@@ -63,7 +63,26 @@ def test_a_lab_without_a_title_line_says_what_to_fix(tmp_path, monkeypatch):
     assert not (labs / "learner" / "03_lab.ipynb").exists()
 
 
-def test_the_title_line_gains_the_learner_mark_once():
-    lab = nbformat.read(LABS[0], as_version=4)
-    title = make_learner_lab.learner_version(lab, LABS[0].name).cells[0].source
-    assert title.count("(learner version)") == 1
+def _titles_main_writes(lab: Path, monkeypatch) -> tuple[str | None, list[str]]:
+    """main() run on ``lab``: its refusal (None if none) and the title cell of each notebook it would write, captured
+    where the writer hands it to nbformat: the real labs/learner/ is never touched."""
+    written = []
+    monkeypatch.setattr(make_learner_lab.nbformat, "write", lambda notebook, out: written.append(notebook))
+    monkeypatch.setattr(make_learner_lab, "normalise", lambda out: None)
+    monkeypatch.setattr(sys, "argv", ["make_learner_lab.py", str(lab)])
+    try:
+        make_learner_lab.main()
+    except SystemExit as refusal:
+        return str(refusal), [notebook.cells[0].source for notebook in written]
+    return None, [notebook.cells[0].source for notebook in written]
+
+
+def test_the_title_line_gains_the_learner_mark_once(monkeypatch):
+    refusal, titles = _titles_main_writes(ROOT / "labs" / "01_concurrency_lab.ipynb", monkeypatch)
+    assert refusal is None and len(titles) == 1 and titles[0].count("(learner version)") == 1
+    learner_lab = ROOT / "labs" / "learner" / "01_concurrency_lab.ipynb"
+    assert learner_lab.is_file()
+    # Given back, the learner lab's title gained a second mark: "... (learner version) (learner version)".
+    refusal, titles = _titles_main_writes(learner_lab, monkeypatch)
+    assert not any(title.count("(learner version)") > 1 for title in titles), titles
+    assert refusal is not None and "is not an instructor lab" in refusal

@@ -1,14 +1,21 @@
 """Which prompts the step-time fit's prefill pair times: above the server's CUDA graphs, read from its log."""
 
+import ast
+import asyncio
+import inspect
+import json
 from pathlib import Path
 
 import pytest
 
+import helpers.batching.measure
+import helpers.serve.server
 from helpers.batching.fit_plan import DEFAULT_PREFILL_PAIR, choose_prefill_pair, prefill_pair_for
 from helpers.serve.cuda_graphs import cuda_graph_tokens
 from helpers.validate import InvalidArgumentError
 
 LOGS = Path(__file__).parent / "data" / "server_logs"
+LAB_2 = Path(__file__).resolve().parent.parent / "labs" / "02_serving_real_traffic.ipynb"
 
 
 @pytest.mark.parametrize(("log", "tokens"), [
@@ -90,15 +97,52 @@ def _lab2_server(log: str, device: str, max_num_seqs: int) -> _Server:
     return server
 
 
-def test_lab_2s_cpu_clock_keeps_the_pair_its_recorded_runs_timed():
+class _ClockTimed(Exception):
+    """Stops lab 2's clock cell once it has asked for its step times: the rest fits what a server measured."""
+
+
+def clock_cell_times(server: _Server, settings: tuple[int, int], monkeypatch) -> dict:
+    """Runs lab 2's 'clock' cell on ``server`` and returns the arguments it gave measure_step_times, defaults filled."""
+    cells = json.loads(LAB_2.read_text())["cells"]
+    source = "".join(next(c["source"] for c in cells if c.get("id") == "clock"))
+    started, asked = [], {}
+    signature = inspect.signature(helpers.batching.measure.measure_step_times)
+
+    def start_server(**settings_given):
+        started.append(settings_given)
+        return server
+
+    async def measure_step_times(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        asked.update(bound.arguments)
+        raise _ClockTimed
+
+    monkeypatch.setattr(helpers.serve.server, "start_server", start_server)
+    monkeypatch.setattr(helpers.batching.measure, "measure_step_times", measure_step_times)
+    code = compile(source, "lab 2's clock cell", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    lab_globals = {"SETTINGS": settings, "DECODE_BATCHES": (1, 8), "OUTPUT_TOKENS": 16, "BURSTINESS": 1.0}
+    with pytest.raises(_ClockTimed):
+        asyncio.run(eval(code, lab_globals))  # the course's own cell, awaited as Jupyter would
+    assert started == [{"max_num_seqs": settings[-1]}] and asked["server"] is server
+    return asked
+
+
+def test_lab_2s_cpu_clock_keeps_the_pair_its_recorded_runs_timed(monkeypatch):
     # lab 2 timed 32 against 512 tokens on a CPU before it took notebook 04's choice: the same pair, one prompt each
-    pair = prefill_pair_for(_lab2_server((LOGS / "ready_cpu.log").read_text(), "cpu", 8))
-    assert (pair.short, pair.long, pair.long_group) == (512 // 16, 512, 1)
+    server = _lab2_server((LOGS / "ready_cpu.log").read_text(), "cpu", 8)
+    asked = clock_cell_times(server, (2, 8), monkeypatch)
+    pair = prefill_pair_for(server)
+    timed = (asked["short_prefill_len"], asked["prefill_len"], asked["long_group"])
+    assert timed == (pair.short, pair.long, pair.long_group) == (512 // 16, 512, 1)
 
 
-def test_lab_2s_gpu_clock_times_above_the_graphs_of_its_64_slot_server():
+def test_lab_2s_gpu_clock_times_above_the_graphs_of_its_64_slot_server(monkeypatch):
     # the 64-slot server graphs steps up to 128 tokens (results/gpu/README.md): 32 against 512 measured the graph
     log = ("non-default args: {'max_num_seqs': 64} ... Chunked prefill is enabled with max_num_batched_tokens=8192. "
            "... 'max_cudagraph_capture_size': 128, ...")
-    pair = prefill_pair_for(_lab2_server(log, "cuda", 64))
+    server = _lab2_server(log, "cuda", 64)
+    asked = clock_cell_times(server, (8, 64), monkeypatch)
+    pair = prefill_pair_for(server)
     assert pair.short > 128 and (pair.lens, pair.long_group) == ((256, 1024), 8)
+    assert (asked["short_prefill_len"], asked["prefill_len"], asked["long_group"]) == (256, 1024, 8)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +17,27 @@ SMOLLM2 = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9
            "torch_dtype": "bfloat16"}
 MAX_MODEL_LEN, GPU_BLOCK = 1024, 16
 SMALL_POOL_TOKENS = 2_330  # notebook 05's cell 8
+NOTEBOOK_05 = Path(__file__).resolve().parent.parent / "notebooks" / "05_throughput_tuning.ipynb"
+
+
+def notebook_cell(cell_id: str) -> ast.Module:
+    """Notebook 05's cell ``cell_id``, parsed inside a function (a cell may await at its top level)."""
+    cells = json.loads(NOTEBOOK_05.read_text())["cells"]
+    source = "".join(next(c["source"] for c in cells if c.get("id") == cell_id))
+    return ast.parse("async def _cell():\n" + "\n".join("    " + line for line in source.splitlines()))
+
+
+def assigned(tree: ast.AST, name: str) -> ast.expr:
+    """The value of the one assignment to ``name`` in ``tree``."""
+    values = [node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)]
+    assert len(values) == 1, f"{name} is assigned {len(values)} times"
+    return values[0]
+
+
+def calls_of(tree: ast.AST, function: str) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id == function]
 
 
 def usable_blocks(gib: float, bytes_per_token: int) -> int:
@@ -34,6 +57,44 @@ def test_a_fixed_0_05_gib_pool_is_too_small_for_one_8b_request():
     per_token = kv_bytes_per_token({**LLAMA_31_8B, "torch_dtype": "bfloat16"})
     assert per_token == 128 * 1024
     assert usable_blocks(0.05, per_token) < MAX_MODEL_LEN // GPU_BLOCK
+    # the fix: the same 2,330 tokens, given the 8B model's bytes a token, are a pool in its own GiB, not 0.05
+    label, change = pool_holding(SMALL_POOL_TOKENS, per_token, 0.05)
+    gib = change["kv_cache_space_gib"]
+    assert gib != 0.05 and label == f"{gib:.3g} GiB"
+    assert gib * GIB >= SMALL_POOL_TOKENS * per_token - GIB * 1e-6  # rounded to 6 places of a GiB
+    assert usable_blocks(gib, per_token) >= 2 * MAX_MODEL_LEN // GPU_BLOCK
+
+
+def test_notebook_05s_small_gpu_pool_is_sized_in_tokens_of_the_served_model():
+    """Cell 8473b305's GPU pools end with pool_holding(SMALL_POOL_TOKENS, ...), not a fixed 0.05 GiB."""
+    cell = notebook_cell("8473b305")
+    tokens = assigned(cell, "SMALL_POOL_TOKENS")
+    assert isinstance(tokens, ast.Constant) and tokens.value == SMALL_POOL_TOKENS
+    pools = assigned(cell, "PLANNED_POOLS")
+    assert isinstance(pools, ast.IfExp) and ast.unparse(pools.test) == "ON_GPU", "PLANNED_POOLS: GPU if ON_GPU else CPU"
+    assert isinstance(pools.body, ast.List)
+    small = pools.body.elts[-1]  # largest first: the small pool is the last
+    assert isinstance(small, ast.Call) and ast.unparse(small.func) == "pool_holding", ast.unparse(small)
+    assert ast.unparse(small.args[0]) == "SMALL_POOL_TOKENS"
+    assert "kv_bytes_per_token(" in ast.unparse(small.args[1])
+    assert calls_of(pools.body, "pool_holding") == [small]
+
+
+def test_notebook_05s_fp8_kv_server_starts_only_where_fp8_kv_refusal_says_none():
+    """Cell f457f37c: --kv-cache-dtype fp8 below compute capability 8.9 (or on a CPU without AVX-512/AMX) is skipped."""
+    cell = notebook_cell("f457f37c")
+    refusal = assigned(cell, "FP8_KV_REFUSAL")
+    assert isinstance(refusal, ast.Call) and ast.unparse(refusal.func) == "fp8_kv_refusal"
+    fp8_starts = [c for c in calls_of(cell, "start_server") if "'--kv-cache-dtype'" in ast.unparse(c)]
+    assert len(fp8_starts) == 1, "one server with --kv-cache-dtype fp8"
+    guards = [node for node in ast.walk(cell) if isinstance(node, ast.If)
+              and ast.unparse(node.test) in ("FP8_KV_REFUSAL is None", "FP8_KV_REFUSAL is not None")]
+    assert len(guards) == 1, "the cell decides on FP8_KV_REFUSAL is None"
+    guard = guards[0]
+    served, refused = (guard.body, guard.orelse) if isinstance(guard.test.ops[0], ast.Is) else (guard.orelse, guard.body)
+    assert any(fp8_starts[0] in ast.walk(statement) for statement in served), "the fp8 server starts outside the guard"
+    assert refused and not any(calls_of(statement, "start_server") for statement in refused)
+    assert any("FP8_KV_REFUSAL" in ast.unparse(statement) for statement in refused), "the skip says why"
 
 
 def test_smollm2_keeps_the_blocks_of_the_recorded_gpu_run():
