@@ -15,6 +15,19 @@ from helpers.serve.server import start_server
 from tests.real_server import QUICK_START
 
 KEY = "guard-test-key-5f1c"
+
+
+def recording_guard():
+    """The guard in front of an app that records the paths it reaches, and a send that records what goes out."""
+    sent, reached = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+
+    async def send(message):
+        sent.append(message)
+
+    return RequireKeyEverywhere(app), send, sent, reached
 UNLISTED = {"/openapi.json": ["get"], "/docs": ["get"], "/redoc": ["get"]}  # FastAPI's own pages
 
 
@@ -86,15 +99,7 @@ def test_without_a_key_the_middleware_lets_everything_through(monkeypatch):
 
 def test_a_websocket_without_the_key_is_closed_before_it_opens(monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    sent, reached = [], []
-
-    async def app(scope, receive, send):
-        reached.append(scope["path"])
-
-    async def send(message):
-        sent.append(message)
-
-    guard = RequireKeyEverywhere(app)
+    guard, send, sent, reached = recording_guard()
     asyncio.run(guard({"type": "websocket", "path": "/v1/realtime", "headers": []}, None, send))
     assert reached == [] and sent == [{"type": "websocket.close", "code": 1008}]
     headers = [(b"authorization", f"Bearer {KEY}".encode())]
@@ -107,15 +112,7 @@ def test_the_guard_alone_checks_v1_with_the_key_from_the_course_variable(monkeyp
     # rests on this middleware; the key comes from KEY_ENV, a name vLLM does not read.
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.setenv("VLLM_API_KEY", "not-the-key-either")  # not where the guard looks
-    sent, reached = [], []
-
-    async def app(scope, receive, send):
-        reached.append(scope["path"])
-
-    async def send(message):
-        sent.append(message)
-
-    guard = RequireKeyEverywhere(app)
+    guard, send, sent, reached = recording_guard()
     for key in (None, "not-the-key-either", KEY + "x"):
         headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
         scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": headers}
