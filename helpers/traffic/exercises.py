@@ -59,6 +59,8 @@ def grade_slot_ratio(answer: object, found: Mapping[str, Any], settings: Sequenc
     if (why := slot_ratio_unmeasured(found, (high, low))) is not None:
         return Feedback(None, f"{name}: this run cannot check it: {why}")
     larger, smaller = (found[f"max_num_seqs={s}"].estimate for s in (high, low))
+    # the likeliest slip is the two rates' ratio, undivided: the hint names the step it skips
+    options.setdefault("hint", "divide each setting's estimate by its own max_num_seqs first, then larger over smaller")
     return graded(grade_number, answer, (larger / high) / (smaller / low), name=name, **options)
 
 
