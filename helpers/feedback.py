@@ -101,10 +101,14 @@ def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str
 
     >>> print(grade_choice("b", "a", name="q", options=("a", "b")))
     ❌ q: not this one. Look again at the numbers above.
+    >>> print(grade_choice(" A", "a", name="q", options=("a", "b")))
+    ✅ q: correct.
     """
     listed = ", ".join(map(repr, options))
     if answer is None:
         return Feedback(None, f"{name}: not answered yet (pick one of {listed}).")
+    if isinstance(answer, str):  # "No" or " no" means "no": the choice is graded, not its typing
+        answer = next((o for o in options if isinstance(o, str) and o.strip().lower() == answer.strip().lower()), answer)
     if answer not in options:
         return Feedback(False, f"{name}: {answer!r} is not one of {listed}.")
     if answer == expected:

@@ -93,7 +93,8 @@ def test_not_yet_names_the_failed_records_reasons_counted():
     learner_run = asyncio.run(run_learner_client(learner(spoil), nowhere(), workload, timeout_s=30))
     described = compare_clients(learner_run).describe()
     assert described.startswith("Not yet") and "look at the errors" in described
-    assert f"3 of 4 requests failed: asked for {MAX_TOKENS} tokens, the record says 2 (2)" in described
+    assert f"3 of 4 requests failed: asked for {MAX_TOKENS} tokens, the record says 2 (fewer: did the request pass " \
+           "extra_body={'ignore_eos': True}, so the model cannot stop early?) (2)" in described
     assert "`end` is a function, not a number" in described and "(1)" in described
     assert "small.learner.run.records" in described  # where to read every record's error
 

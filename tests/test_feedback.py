@@ -47,3 +47,9 @@ def test_numpy_numbers_are_numbers_and_numpy_bools_are_not():
     assert "finite number" in grade_number(np.float32("nan"), 4, name="blocks").message
     for yes in (np.bool_(True), True):
         assert grade_number(yes, 1, name="blocks").ok is False
+
+
+def test_a_choice_is_graded_whatever_its_case_and_spacing():
+    assert grade_choice(" No", "no", name="q", options=("yes", "no")).ok is True
+    assert grade_choice("YES", "no", name="q", options=("yes", "no")).ok is False  # read as "yes": wrong, not odd
+    assert "is not one of" in grade_choice("nope", "no", name="q", options=("yes", "no")).message

@@ -266,6 +266,9 @@ def test_the_guided_questions_are_graded_against_hand_computed_values():
     assert not grade_kv_limited("no", records, {"num_tokens": 320, "block_size": 16})  # blocks from tokens
     unknown = grade_kv_limited("yes", records, {"num_tokens": 320})
     assert not unknown and "cannot be checked" in unknown.message
+    assert grade_peak_generating(4, records).message.endswith("correct (4).")  # a whole number, not 4.0
+    assert grade_kv_blocks(28, records, 16).message.endswith("correct (28).")
+    assert grade_kv_limited(" No", records, {"num_tokens": 93184, "num_blocks": 728, "block_size": 128})
 
 
 # ----- failed requests ---------------------------------------------------------------------------

@@ -46,7 +46,9 @@ def grade_answer(answer: Any, expected: float | None, what: str, rel_tol: float 
     """
     if expected is None and answer is not None:
         return Feedback(False, f"{what}: there is nothing to check against (no successful requests in this run).")
-    return grade_number(answer, 0.0 if expected is None else float(expected), name=what, rel_tol=rel_tol, hint=hint,
+    # an int stays one: a whole number of requests or blocks is echoed as 48, not 48.0
+    expected = 0.0 if expected is None else expected if isinstance(expected, int) else float(expected)
+    return grade_number(answer, expected, name=what, rel_tol=rel_tol, hint=hint,
                         audit_digits=audit_digits, audit_since=made_in(made_from))
 
 

@@ -147,7 +147,9 @@ def _record(spec: Any, result: Any, began: float) -> RequestRecord:
         elif not (send <= first <= end):
             record.error = "times out of order: send <= first_token <= end must hold"
         elif record.output_tokens != spec.max_tokens:
-            record.error = f"asked for {spec.max_tokens} tokens, the record says {record.output_tokens}"
+            record.error = (f"asked for {spec.max_tokens} tokens, the record says {record.output_tokens}"
+                            + (" (fewer: did the request pass extra_body={'ignore_eos': True}, so the model cannot stop early?)"
+                               if isinstance(record.output_tokens, int) and record.output_tokens < spec.max_tokens else ""))
     record.ok = record.error is None
     return record
 

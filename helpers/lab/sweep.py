@@ -260,28 +260,28 @@ def require_every_setting(result: SweepResult, settings: Sequence[int]) -> None:
 
 
 def describe_run(run: LoadTestRun, detail: bool = False) -> str:
-    """One line per run: requests, wall time (whole seconds), errors; ``detail`` (scripts/lab_sweep.py) adds
-    throughput, latencies, the wall time to 0.1 s and how busy the machine was. The lab's line leaves the throughput
-    and latencies out, and the wall time as close as the p95 latency (which ends near it when every request is sent at
-    once): its questions ask the learner for them, from the records, below this output.
+    """One line per run: requests and errors; ``detail`` (scripts/lab_sweep.py) adds the wall time, throughput,
+    latencies and how busy the machine was. The lab's line leaves all of those out: its questions ask the learner for
+    them, from the records, below this output, and the wall time gives two of them away (when every request is sent at
+    once the p95 latency ends near it, and output tokens over it is the throughput).
 
     >>> from helpers.load.client import RequestRecord
     >>> from helpers.load.run import LoadTestRun, ServerFacts
     >>> records = [RequestRecord(0, ok=True, output_tokens=64, send_s=0.0, ttft_s=1.0, e2e_s=4.0, done_s=4.0)]
     >>> run = LoadTestRun("x", {"load_avg_1m_at_start": 0.5}, ServerFacts("smollm2"), "CPU: 2 cores", "", 4.0, records)
     >>> print(describe_run(run))
-      1 of 1 requests ok, wall 4 s, errors 0
+      1 of 1 requests ok, errors 0
     >>> print(describe_run(run, detail=True))
       1 of 1 requests ok, wall 4.0 s, errors 0; 16.0 output tok/s, p50 / p95 e2e 4.0 / 4.0 s, load avg 0.5, other servers 0
     """
     s = run.summary
-    line = f"  {s.num_ok} of {s.num_requests} requests ok, wall {s.wall_s:.{1 if detail else 0}f} s, errors {s.num_errors}"
-    if detail:
-        if s.output_tok_per_s is not None and s.e2e_p50_s is not None:
-            line += (f"; {s.output_tok_per_s:.1f} output tok/s, p50 / p95 e2e {s.e2e_p50_s:.1f} / {s.e2e_p95_s:.1f} s")
-        line += (f", load avg {run.settings.get('load_avg_1m_at_start')}, "
-                 f"other servers {run.settings.get('other_vllm_servers_at_start', 0)}")
-    return line
+    if not detail:
+        return f"  {s.num_ok} of {s.num_requests} requests ok, errors {s.num_errors}"
+    line = f"  {s.num_ok} of {s.num_requests} requests ok, wall {s.wall_s:.1f} s, errors {s.num_errors}"
+    if s.output_tok_per_s is not None and s.e2e_p50_s is not None:
+        line += f"; {s.output_tok_per_s:.1f} output tok/s, p50 / p95 e2e {s.e2e_p50_s:.1f} / {s.e2e_p95_s:.1f} s"
+    return line + (f", load avg {run.settings.get('load_avg_1m_at_start')}, "
+                   f"other servers {run.settings.get('other_vllm_servers_at_start', 0)}")
 
 
 def start_with_retries(max_num_seqs: int, attempts: int, quiet: bool, **settings: Any) -> Any:
