@@ -2,7 +2,9 @@
 # One background job of scripts/gpu_reference_run.sh across several calls of the lent device machine, whose calls
 # last at most 10 minutes and whose machine goes back 30 s after a call: each call returns within WAIT_S seconds
 # with the job's log and its results so far under $OUT, and the next call (issued at once) waits on.
-#   stage PARTNN            copy a carried .devkit/PARTNN (made by the shared stage_vllm_device_wheels.py) to /tmp/stage
+#   stage PARTNN            copy a carried .devkit/PARTNN (made by the shared stage_vllm_device_wheels.py) to /tmp/stage;
+#                           "stage head" carries .devkit/head/head.tgz (git archive --format=tar.gz HEAD), which start
+#                           then runs instead of the checkout as it is
 #   start "STEPS" [VAR=VAL ...]   unpack the staged vLLM once, copy the checkout to /tmp/course, run the steps there
 #   wait                    wait for the running job
 # start and wait: WAIT_S (default 560) bounds the wait; $OUT gets job.log and gpu.tgz (build/gpu, build/tuning, build/route).
@@ -22,8 +24,11 @@ case $mode in
             bash /tmp/stage/part01/device_unpack.sh > "$job/unpack.log" 2>&1 || { tail -30 "$job/unpack.log"; exit 1; }
         fi
         tail -3 "$job/unpack.log"
-        # the job runs from its own copy: the next call's checkout may be copied over this one
-        rm -rf /tmp/course && mkdir /tmp/course && cp -a . /tmp/course/ && rm -rf /tmp/course/.devkit
+        # the job runs from its own copy: the next call's checkout may be copied over this one. A staged
+        # .devkit/head/head.tgz (git archive of a commit) is used instead of the checkout, whose files may be mid-edit
+        rm -rf /tmp/course && mkdir /tmp/course
+        if [[ -f /tmp/stage/head/head.tgz ]]; then tar xzf /tmp/stage/head/head.tgz -C /tmp/course && echo "course: the staged commit"
+        else cp -a . /tmp/course/ && rm -rf /tmp/course/.devkit; fi
         steps=$1; shift
         (cd /tmp/course && setsid nohup env PYTHONPATH=/tmp/site SMOLLM2_DIR=/tmp/smollm2 VLLM_USE_FLASHINFER_SAMPLER=0 \
             STEPS="$steps" "$@" bash scripts/gpu_reference_run.sh > "$job/log" 2>&1 < /dev/null &) ;;
