@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # a sibling script, importable however this one is run
 sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scripts/course_timings.py`
-from import_gpu_runs import DEFAULT_MODEL, copy_name
+from import_gpu_runs import DEFAULT_MODEL, code_of, copy_name
 
 from helpers.files import write_atomically
 
@@ -103,6 +103,13 @@ def gpu_named(machine: str) -> str:
     return f"{'an' if name[0].upper() in 'AEFHILMNORSX' else 'a'} {name}"  # the letter as it is read: "an H100"
 
 
+def _ran_older_code(copy: Path, notebook: str) -> bool:
+    """Whether the executed ``copy`` ran other code than ``notebook`` (a file name under notebooks/ or labs/) has now:
+    asked of the copy itself, since a lab's copies (one a model) catch up one at a time."""
+    source = next((path for path in (ROOT / "notebooks" / notebook, ROOT / "labs" / notebook) if path.exists()), None)
+    return source is not None and copy.exists() and code_of(copy) != code_of(source)
+
+
 def time_to_run(notebook: str) -> str:
     """The sentence for ``notebook`` (``01_start_server.ipynb``): each CPU class, then the GPU; where a GPU copy ran
     older code (``AWAITING.json``), it says so."""
@@ -113,9 +120,10 @@ def time_to_run(notebook: str) -> str:
     if gpu:
         (_, seconds, copy, machine), *others = sorted(gpu, key=lambda run: run[0] != DEFAULT_MODEL)
         notes = [_day_of(copy)] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}"
-                                   + (f" on {gpu_named(on)}" if on != machine else "") for model, more, _, on in others]
-        awaiting = GPU_EXECUTED / "AWAITING.json"
-        if awaiting.exists() and any(path.endswith(f"/{notebook}") for path in json.loads(awaiting.read_text())):
+                                   + (f" on {gpu_named(on)}" if on != machine else "")
+                                   + (", an earlier version of its code" if _ran_older_code(other, notebook) else "")
+                                   for model, more, other, on in others]
+        if _ran_older_code(copy, notebook):
             notes.append("an earlier version of its code")
         parts.append(f"{_seconds(seconds)} on {gpu_named(machine)} ({'; '.join(notes)})")
     if not parts:

@@ -25,7 +25,6 @@ CLASS_KEY = "s3cret-class-key"  # 16 characters: long enough beyond loopback
                                          r"got '0\.9' \(a str\)")),
     ({"gpu_memory_utilization": True}, r"gpu_memory_utilization must be a fraction .* got True \(a bool\)"),
     ({"startup_timeout_s": "300"}, r"startup_timeout_s must be a positive, finite number of seconds, got '300' \(a str\)"),
-    ({"startup_timeout_s": None}, r"startup_timeout_s must be .* got None \(a NoneType\)\. Pass e\.g\. 300"),
     ({"startup_timeout_s": math.nan}, r"startup_timeout_s must be a positive, finite number of seconds, got nan"),
     ({"startup_timeout_s": math.inf}, r"startup_timeout_s must be a positive, finite number of seconds, got inf"),
     ({"dtype": ["half"]}, r"dtype must be one of 'auto', .* got \['half'\] \(a list\)\. Or None"),
@@ -131,3 +130,11 @@ def test_spawn_server_launches_without_the_kernels_stray_key(tmp_path, monkeypat
     launch = Launch(["python", "-c", "pass"], {})
     assert process.spawn_server(launch, tmp_path / "server.log", tmp_path) == "started"
     assert "VLLM_API_KEY" not in seen and seen["TMPDIR"] == str(tmp_path)
+
+
+def test_the_start_timeout_is_set_by_device_unless_given():
+    """A GPU start compiles, and a Colab T4 has 2 vCPUs: 600 s there, 300 s on a CPU; a given value holds on both."""
+    from helpers.serve.config import ServerConfig
+
+    assert (ServerConfig().startup_timeout("cpu"), ServerConfig().startup_timeout("cuda")) == (300.0, 600.0)
+    assert ServerConfig(startup_timeout_s=42).startup_timeout("cuda") == 42

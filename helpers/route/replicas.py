@@ -35,6 +35,7 @@ import psutil
 from helpers.errors import ConfigError, NotEnoughMemoryError
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, GPU_SHARE, LOOPBACK, ServerConfig
 from helpers.serve.preflight import SERVER_RSS_GIB, check_gpu_kv_fits, choose_device, reserving
+from helpers.serve.process import stop_each
 from helpers.serve.server import VLLMServer, with_settings
 from helpers.serve.together import start_together, starts_at_once
 
@@ -53,9 +54,9 @@ class ReplicaSet:
         return [server.is_running() for server in self.servers]
 
     def stop(self) -> None:
-        """Stop every replica (each bounded, as VLLMServer.stop is); safe to call twice."""
-        for server in self.servers:
-            server.stop()
+        """Stop every replica (each bounded, as VLLMServer.stop is); safe to call twice. A Ctrl-C
+        during one stop stops the others at once, then goes through (:func:`helpers.serve.process.stop_each`)."""
+        stop_each(self.servers)
 
     def __iter__(self) -> Iterator[VLLMServer]:
         return iter(self.servers)

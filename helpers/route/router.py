@@ -157,10 +157,11 @@ class VLLMRouter(ServerAccess):
                   flush=True)
         self._temp_dir = process.new_temp_dir(self.port)
         try:
-            self.process = process.spawn_server(launch, self.log_path, self._temp_dir)
-            _LIVE.add(self)
-            self._guard = process.start_orphan_guard(self.process.pid, self.log_path, self._temp_dir)
-            self._wait_until_ready(began)
+            with process.interruptible():  # Ctrl-C in a cell with ``await`` too
+                self.process = process.spawn_server(launch, self.log_path, self._temp_dir)
+                _LIVE.add(self)
+                self._guard = process.start_orphan_guard(self.process.pid, self.log_path, self._temp_dir)
+                self._wait_until_ready(began)
         except BaseException:  # also KeyboardInterrupt: an interrupted cell leaves no router behind
             self.stop()
             raise
@@ -226,9 +227,9 @@ def choose_router_port(host: str, port: int | None, after: int | None = None) ->
 
 
 def stop_all_routers() -> None:
-    """Stop every router this Python process started (also run at interpreter exit)."""
-    for router in list(_LIVE):
-        router.stop()
+    """Stop every router this Python process started (also run at interpreter exit); a Ctrl-C
+    during one stop stops the rest at once (:func:`helpers.serve.process.stop_each`)."""
+    process.stop_each(_LIVE)
 
 
 atexit.register(stop_all_routers)

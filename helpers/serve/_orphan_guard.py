@@ -86,25 +86,31 @@ def main(argv: list[str]) -> int:
     log_path, temp_dir = Path(argv[3]), Path(argv[4])
     stopping = []
     signal.signal(signal.SIGUSR1, lambda *_: stopping.append(True))
+    # start_orphan_guard starts this process with SIGUSR1 blocked (its default action would kill it before the
+    # line above ran): a stop sent in the meantime was kept pending and arrives now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     cores: dict[int, str] = {}
     shared: set[str] = set()
     last_maps = 0.0
     while procs := group.members(session):
-        live = {proc.pid for proc in procs}
-        if time.monotonic() - last_maps > MAPS_EVERY_S:
-            shared |= group.shared_memory_files(procs)
-            last_maps = time.monotonic()
-        if not owner_alive(owner_pid, owner_start):
-            _append(log_path, orphan_note(owner_pid))  # written first: whoever reads the log learns why at once
-            group.end_session(session, ORPHAN_GRACE_S, shared)
-            break
-        lost = {pid: name for pid, name in cores.items() if pid not in live}
-        if lost and not stopping:
-            names = sorted(group.name_of(proc) for proc in procs)
-            ended = group.end_session(session, BROKEN_GRACE_S, shared)
-            _append(log_path, f"{death_note(lost, names)} ({ended})")
-            break
-        cores.update(group.core_processes(procs, session))
+        try:
+            live = {proc.pid for proc in procs}
+            if time.monotonic() - last_maps > MAPS_EVERY_S:
+                shared |= group.shared_memory_files(procs)
+                last_maps = time.monotonic()
+            if not owner_alive(owner_pid, owner_start):
+                _append(log_path, orphan_note(owner_pid))  # first, so a reader learns why at once; it cannot fail
+                group.end_session(session, ORPHAN_GRACE_S, shared)
+                break
+            lost = {pid: name for pid, name in cores.items() if pid not in live}
+            if lost and not stopping:
+                names = sorted(group.name_of(proc) for proc in procs)
+                ended = group.end_session(session, BROKEN_GRACE_S, shared)
+                _append(log_path, f"{death_note(lost, names)} ({ended})")
+                break
+            cores.update(group.core_processes(procs, session))
+        except Exception:  # a look that failed is tried again: once this process exits, nothing ends the server
+            pass
         time.sleep(POLL_S)
     group.remove_files(shared)
     shutil.rmtree(temp_dir, ignore_errors=True)
@@ -112,8 +118,12 @@ def main(argv: list[str]) -> int:
 
 
 def _append(log_path: Path, note: str) -> None:
-    with open(log_path, "a") as log:
-        log.write("\n" + note + "\n")
+    """Add ``note`` to the log; a log that is gone (``make clean`` removes build/) or unwritable is skipped."""
+    try:
+        with open(log_path, "a") as log:
+            log.write("\n" + note + "\n")
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -66,6 +66,11 @@ KEY_GUARD = "helpers.serve.key_guard.RequireKeyEverywhere"  # the key on every r
 GPU_SHARE = 0.85  # of a GPU's memory, split between servers that share it (notebook 06's replicas, lab 1 on a GPU)
 
 
+# How long a start may take before it is stopped and reported. A GPU start compiles (torch.compile, CUDA graphs): 94-130 s
+# on the H200's 16 cores, on a Colab T4's 2 vCPUs never timed, so twice the CPU's bound.
+STARTUP_TIMEOUT_S = {"cpu": 300.0, "cuda": 600.0}
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """Everything the course varies about a server. ``None`` means "vLLM's own default"."""
@@ -84,11 +89,19 @@ class ServerConfig:
     quantization: str | None = None  # e.g. "fp8" on a recent GPU
     api_key: str | None = field(default=None, repr=False)  # never shown in reprs or logs
     extra_args: tuple[str, ...] = ()
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float | None = None  # None: by device, STARTUP_TIMEOUT_S
     log_dir: Path | None = None  # None: build/server-logs in the course folder
     # CPU: the cores the model worker binds (VLLM_CPU_OMP_THREADS_BIND), e.g. "1" or "0-3"; None: every
     # core. Replicas sharing one machine each get their own (helpers.route.replicas).
     cpu_cores: str | None = None
+
+    def startup_timeout(self, device: str) -> float:
+        """Seconds a start may take on ``device`` ("cpu" or "cuda"): the one given, else :data:`STARTUP_TIMEOUT_S`.
+
+        >>> ServerConfig().startup_timeout("cuda"), ServerConfig(startup_timeout_s=90).startup_timeout("cuda")
+        (600.0, 90)
+        """
+        return STARTUP_TIMEOUT_S[device] if self.startup_timeout_s is None else self.startup_timeout_s
 
     def __post_init__(self) -> None:
         try:
@@ -117,8 +130,9 @@ class ServerConfig:
             raise ConfigError(f"quantization is the name of a method such as 'fp8', or None for none; got "
                               f"{validate.given(self.quantization, typed=True)}.")
         # A NaN or infinite timeout would let a server that never answers hold the notebook forever.
-        validate.positive_number(self.startup_timeout_s, "startup_timeout_s", unit="seconds",
-                                 hint="Pass e.g. 300; a GPU's first start may need 600.")
+        if self.startup_timeout_s is not None:
+            validate.positive_number(self.startup_timeout_s, "startup_timeout_s", unit="seconds",
+                                     hint="Pass e.g. 300; a GPU's first start may need 600; None: by device.")
         object.__setattr__(self, "extra_args", _arguments(self.extra_args))  # frozen: the one way to normalise
         if self.cpu_cores is not None and not (isinstance(self.cpu_cores, str) and CORE_LIST.fullmatch(self.cpu_cores)):
             raise ConfigError(f"cpu_cores is a list of cores like '0', '1-3' or '0,2', got {self.cpu_cores!r}.")

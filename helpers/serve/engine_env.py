@@ -1,8 +1,8 @@
 """The environment variables a vLLM server process gets, found by looking at this machine.
 
 :func:`helpers.serve.config.build_launch` builds the command line from the settings alone;
-what depends on the machine comes from here: whether tcmalloc and flashinfer are installed,
-how many cores the model worker may bind, and the AVX2 limits of ``VLLM_COURSE_CPU_ISA=avx2``.
+what depends on the machine comes from here: whether tcmalloc is installed, how many cores the
+model worker may bind, the AVX2 limits of ``VLLM_COURSE_CPU_ISA=avx2``, and on a GPU the sampler.
 Each variable is kept for what it measured on a 2-core machine (see :func:`cpu_engine_env`).
 
 Example::
@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -33,10 +32,11 @@ def device_env(device: Device) -> dict[str, str]:
             "VLLM_CPU_OMP_THREADS_BIND", f"0-{(os.cpu_count() or 1) - 1}"
         )
         return env
-    if importlib.util.find_spec("flashinfer") is None:
-        # vLLM's sampler imports flashinfer unless told not to; without it the engine dies.
-        return {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
-    return {}
+    # vLLM's own top-k/top-p sampler, the one every GPU run of the course measured (results/gpu/). Left alone,
+    # vLLM picks FlashInfer's on a GPU it supports, and vLLM's GPU wheel brings flashinfer (so Colab has it);
+    # vLLM's source (0.32) also calls FlashInfer broken on SM75, a T4's. Where flashinfer is missing, the
+    # sampler's import of it would stop the engine. A value the user set is kept.
+    return {"VLLM_USE_FLASHINFER_SAMPLER": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER", "0")}
 
 
 def cpu_engine_env() -> dict[str, str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import atexit
 from typing import Any
 
+from helpers.serve.process import stop_each
+
 LIVE: set[Any] = set()  # VLLMServer objects (not imported: server.py imports this module)
 
 
@@ -26,9 +28,9 @@ def running_servers() -> list[Any]:
 
 
 def stop_all_servers() -> None:
-    """Stop every server this Python process started (also run at interpreter exit)."""
-    for server in list(LIVE):
-        server.stop()
+    """Stop every server this Python process started (also run at interpreter exit); a Ctrl-C during
+    one stop stops the rest at once (:func:`helpers.serve.process.stop_each`)."""
+    stop_each(LIVE)
 
 
 def ports_taken() -> set[int]:

@@ -49,6 +49,7 @@ class ModelChoice:
     model: str  # a local folder or a Hugging Face model id
     served_name: str  # the ``model=`` value clients send
     source: str  # "embedded", "local", "hub" or "dummy" (random weights)
+    origin: str | None = None  # where it was asked for: "model=" or "VLLM_COURSE_MODEL"; None: the default
 
     @property
     def load_format(self) -> str | None:
@@ -71,18 +72,41 @@ def resolve_model(model: str | None = None, *, cache_dir: Path | None = None) ->
     a message that names it, instead of a server log full of stack traces.
     """
     wanted = (model or os.environ.get(MODEL_ENV) or EMBEDDED).strip()
+    origin = "model=" if model else MODEL_ENV if os.environ.get(MODEL_ENV) else None
     if wanted == EMBEDDED:
-        return ModelChoice(str(prepare_embedded_model(cache_dir)), EMBEDDED_SERVED_NAME, EMBEDDED)
+        return ModelChoice(str(prepare_embedded_model(cache_dir)), EMBEDDED_SERVED_NAME, EMBEDDED, origin)
     architecture = parse_dummy_name(wanted)
     if architecture is not None:
         tokenizer_dir = prepare_embedded_model(cache_dir)
         folder = prepare_dummy_model(architecture, tokenizer_dir, cache_dir or default_cache_dir())
-        return ModelChoice(str(folder), dummy_served_name(architecture), "dummy")
+        return ModelChoice(str(folder), dummy_served_name(architecture), "dummy", origin)
     path = Path(wanted).expanduser()
     if path.exists() or _looks_like_path(wanted):
-        return ModelChoice(str(_check_local_checkpoint(path)), path.name, "local")
-    _check_hub_model(wanted)
-    return ModelChoice(wanted, wanted, "hub")
+        return ModelChoice(str(_check_local_checkpoint(path, origin)), path.name, "local", origin)
+    if wanted.lower() == EMBEDDED_SERVED_NAME:  # what notebook 01 prints as the served model: easily taken for an id
+        raise ModelNotAvailableError(
+            f"{wanted!r} ({_given(origin)}) is the name the embedded model is served under, what clients send as "
+            "model= in their requests, not a model id or a folder. "
+            f"To serve the embedded model, {embedded_instead(origin)}.")
+    _check_hub_model(wanted, origin)
+    return ModelChoice(wanted, wanted, "hub", origin)
+
+
+def embedded_instead(origin: str | None) -> str:
+    """How to serve the embedded model instead of one asked for through ``origin`` (a :attr:`ModelChoice.origin`).
+
+    >>> embedded_instead("VLLM_COURSE_MODEL")
+    'unset VLLM_COURSE_MODEL'
+    """
+    if origin == MODEL_ENV:
+        return f"unset {MODEL_ENV}"
+    if os.environ.get(MODEL_ENV):  # model=None would take the variable's model
+        return f"pass model={EMBEDDED!r} ({MODEL_ENV} is set, so model=None would serve its model)"
+    return "pass model=None"
+
+
+def _given(origin: str | None) -> str:
+    return f"set in {MODEL_ENV}" if origin == MODEL_ENV else "passed as model="
 
 
 def served_name(model: str | None = None) -> str:
@@ -189,11 +213,11 @@ def _looks_like_path(text: str) -> bool:
     return text.startswith(("/", "./", "../", "~")) or text.count("/") > 1
 
 
-def _check_local_checkpoint(path: Path) -> Path:
+def _check_local_checkpoint(path: Path, origin: str | None) -> Path:
     if not path.is_dir():
         raise ModelNotAvailableError(
-            f"Model folder {path} does not exist. Pass an existing checkpoint folder, a Hugging "
-            f"Face model id, or unset {MODEL_ENV} to use the embedded SmolLM2 model."
+            f"Model folder {path}, {_given(origin)}, does not exist. Give an existing checkpoint folder or a Hugging "
+            f"Face model id, or {embedded_instead(origin)} to serve the embedded SmolLM2 model."
         )
     if not (path / "config.json").is_file():
         raise ModelNotAvailableError(
@@ -202,8 +226,9 @@ def _check_local_checkpoint(path: Path) -> Path:
     return path.resolve()
 
 
-def _check_hub_model(repo_id: str) -> None:
-    """Find the model's config.json in the local cache or on the hub, or say why not."""
+def _check_hub_model(repo_id: str, origin: str | None) -> None:
+    """Find the model's config.json in the local cache or on the hub, or say why not; ``origin``: where it was
+    asked for (:attr:`ModelChoice.origin`)."""
     from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
 
@@ -217,8 +242,8 @@ def _check_hub_model(repo_id: str) -> None:
         ) from exc
     unreachable = (
         f"{repo_id} is not in the local Hugging Face cache and the hub ({constants.ENDPOINT}) "
-        "cannot be reached from here{why}. Connect to the internet, or use the embedded model "
-        f"(unset {MODEL_ENV})."
+        f"cannot be reached from here{{why}}. It was {_given(origin)}. Connect to the internet, or "
+        f"{embedded_instead(origin)} to serve the embedded model."
     )
     # One quick connection first: the hub client retries an unreachable host for ~25 s.
     reason = _unreachable_reason(constants.ENDPOINT)

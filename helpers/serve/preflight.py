@@ -23,7 +23,7 @@ from helpers.serve import gpu
 from helpers.serve.config import DEFAULT_CPU_KV_CACHE_GIB, ServerConfig, cpu_dtype
 from helpers.serve.dummy_model import weight_gib
 from helpers.serve.exposure import IPV6_REFUSED, is_ipv6
-from helpers.serve.model import ModelChoice
+from helpers.serve.model import MODEL_ENV, ModelChoice, embedded_instead
 
 FIRST_PORT = 8000  # vLLM's own default port; later servers take the next free one
 # Ports promised to a process not started yet (a router whose replicas start first): see reserving()
@@ -83,17 +83,20 @@ def check_model_device(choice: ModelChoice, device: Device, gpu_memory_utilizati
         raise NoGPUError(
             f"{choice.served_name} is an 8-billion-parameter architecture with random weights, "
             "meant for GPU throughput labs: it needs about 13.8 GiB for its weights and a GPU to "
-            "run at a useful speed. On this CPU, use the embedded model (unset VLLM_COURSE_MODEL)."
+            f"run at a useful speed. On this CPU, {embedded_instead(choice.origin)} to serve the embedded model."
         )
     config = json.loads((Path(choice.model) / "config.json").read_text())
-    why = dummy_gpu_refusal(choice.served_name, config, detect_gpus(), gpu_memory_utilization)
+    why = dummy_gpu_refusal(choice.served_name, config, detect_gpus(), gpu_memory_utilization,
+                            instead=embedded_instead(choice.origin))
     if why:
         raise NotEnoughMemoryError(why)
 
 
-def dummy_gpu_refusal(name: str, config: dict, gpus: list[GPUInfo], gpu_memory_utilization: float | None) -> str | None:
+def dummy_gpu_refusal(name: str, config: dict, gpus: list[GPUInfo], gpu_memory_utilization: float | None,
+                      instead: str = f"unset {MODEL_ENV}") -> str | None:
     """Why the first GPU's share cannot hold a random-weights model of ``config`` in bf16 (weights plus
     :data:`GPU_HEADROOM_GIB`), or None. vLLM would find out only after loading the weights, minutes in.
+    ``instead``: how to serve the embedded model (:func:`helpers.serve.model.embedded_instead`).
 
     >>> from helpers.serve.dummy_model import ARCHITECTURES
     >>> shape = {**ARCHITECTURES["llama-3.1-8b"], "vocab_size": 49152}   # the dummy 8B: SmolLM2's vocabulary
@@ -113,7 +116,7 @@ def dummy_gpu_refusal(name: str, config: dict, gpus: list[GPUInfo], gpu_memory_u
     return (f"{name} needs about {weights_gib:.1f} GiB for its bf16 weights and {GPU_HEADROOM_GIB:g} GiB beside them, "
             f"but vLLM may use {utilization:g} x {gpus[0].memory_mib / 1024:.1f} GiB = {share_gib:.1f} GiB of this GPU "
             f"({gpus[0].name}). Use a GPU with more memory (24 GiB or more), raise gpu_memory_utilization if nothing "
-            "else uses this one, or serve the embedded model (unset VLLM_COURSE_MODEL).")
+            f"else uses this one, or {instead} to serve the embedded model.")
 
 
 def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConfig, str | None]:
@@ -212,6 +215,7 @@ def port_free(host: str, port: int, *, strict: bool) -> bool:
 
     A host this machine cannot bind at all (IPv6, another machine's address, an unknown name) raises
     :class:`ConfigError`: every port would look taken, and "all in use" would send the reader the wrong way.
+    So does a port this process may not bind (EACCES: below 1024 without root), which "in use" would misname.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         if not strict:
@@ -222,8 +226,24 @@ def port_free(host: str, port: int, *, strict: bool) -> bool:
         except OSError as error:
             if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
                 raise ConfigError(_unbindable(host, error)) from None
+            if error.errno == errno.EACCES:  # not "in use": waiting or stopping other servers would not help
+                raise ConfigError(_forbidden_port(port)) from None
             return False
     return True
+
+
+def _forbidden_port(port: int) -> str:
+    """Why a bind refused with EACCES failed, and what to do.
+
+    >>> print(_forbidden_port(80))  # doctest: +ELLIPSIS
+    Port 80 is below 1024, and on Linux only root may listen on those ports. Use a port from 1024 up (8000 ...
+    """
+    if port < 1024:
+        return (f"Port {port} is below 1024, and on Linux only root may listen on those ports. Use a port from "
+                "1024 up (8000 is vLLM's usual one), or port=None to take a free one; to be reached on port "
+                f"{port}, put a reverse proxy (e.g. nginx) in front of the server.")
+    return (f"This machine does not let this process listen on port {port} (permission denied: a security "
+            "policy limits the ports it may use). Pass port=... with a port it allows.")
 
 
 def _unbindable(host: str, error: OSError) -> str:

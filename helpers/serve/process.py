@@ -8,7 +8,8 @@
   clean-up code of its own) or when one of the server's own processes dies;
 - :func:`stop_server_processes` ends every process of the session (:mod:`helpers.serve.group`)
   and removes the server's files; :func:`stop_started` is the whole stop (watchdog told, a second
-  Ctrl-C honoured) that a server and a router both run;
+  Ctrl-C honoured) that a server and a router both run; :func:`stop_each` stops several, none left
+  behind by a Ctrl-C; :func:`interruptible` lets Ctrl-C reach a blocking wait in a cell with ``await``;
 - :func:`listens_on` (through :func:`tcp_connections`) and :func:`loaded_kernel_libraries` look at
   the running processes.
 
@@ -26,7 +27,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -90,11 +93,17 @@ def start_orphan_guard(server_pid: int, log_path: Path, temp_dir: Path) -> subpr
     me = os.getpid()
     argv = [sys.executable, "-m", "helpers.serve._orphan_guard", str(me), str(start_ticks(me)),
             str(server_pid), str(log_path), str(temp_dir)]
-    return subprocess.Popen(
-        argv, env={**os.environ, "PYTHONPATH": str(COURSE_ROOT)},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,  # survives the kernel's own process group being killed
-    )
+    # SIGUSR1 (a stop on purpose) would kill the watchdog until it has installed its handler, a few tenths of a
+    # second in: it starts with the signal blocked (the mask outlives exec), so one sent early waits for the handler.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        return subprocess.Popen(
+            argv, env={**os.environ, "PYTHONPATH": str(COURSE_ROOT)},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # survives the kernel's own process group being killed
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def stop_server_processes(process: subprocess.Popen[bytes], timeout: float, temp_dir: Path | None) -> GroupEnd:
@@ -119,7 +128,8 @@ def stop_started(running: subprocess.Popen[bytes] | None, guard: subprocess.Pope
         if guard is not None and guard.poll() is None:
             guard.send_signal(signal.SIGUSR1)  # a stop on purpose: no death note
         try:
-            ended = stop_server_processes(running, timeout, temp_dir)
+            with interruptible():
+                ended = stop_server_processes(running, timeout, temp_dir)
         except KeyboardInterrupt:
             stop_server_processes(running, 0.0, temp_dir)
             raise
@@ -130,6 +140,46 @@ def stop_started(running: subprocess.Popen[bytes] | None, guard: subprocess.Pope
             guard.kill()
             guard.wait()
     return ended
+
+
+def stop_each(owners: Iterable[Any], timeout: float | None = None) -> None:
+    """``stop()`` each of ``owners`` (servers or routers), with ``timeout`` where given. A Ctrl-C during one stop
+    (which kills that one at once) stops the others at once too, then goes through: none is left running."""
+    interrupted: KeyboardInterrupt | None = None
+    for owner in list(owners):
+        try:
+            if interrupted is not None:
+                owner.stop(timeout=0.0)
+            elif timeout is None:
+                owner.stop()
+            else:
+                owner.stop(timeout=timeout)
+        except KeyboardInterrupt as error:  # a further Ctrl-C too: each one left still gets its stop
+            interrupted = interrupted or error
+    if interrupted is not None:
+        raise interrupted
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside the block, Ctrl-C raises KeyboardInterrupt at once, in a blocking wait too.
+
+    In a notebook cell that contains ``await``, ipykernel (7.x, ``IPythonKernel._cancel_on_sigint``) swaps
+    in a SIGINT handler that only schedules the cancelling of the cell's task on the event loop, which runs it
+    at the cell's next ``await``: a start waiting in ``time.sleep`` would not see Ctrl-C before its timeout.
+    Python's own handler is put in for the block, and the one before restored after it. Only in the main
+    thread (no other may set handlers), and not where SIGINT is ignored or left to the system.
+    """
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if in_main else None
+    if not callable(previous) or previous is signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def death_of(server: Any, wait_s: float = 3.0) -> str | None:

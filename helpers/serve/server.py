@@ -130,10 +130,11 @@ class VLLMServer(ServerAccess):
         self.check_not_started()
         say = (lambda text: None) if quiet else progress_printer(time.monotonic())
         try:
-            self.check_before_launch(say)
-            self.launch_on_free_port(say)
-            while not self.poll_start(say):
-                time.sleep(POLL_S)
+            with process.interruptible():  # Ctrl-C in a cell with ``await`` too
+                self.check_before_launch(say)
+                self.launch_on_free_port(say)
+                while not self.poll_start(say):
+                    time.sleep(POLL_S)
         except BaseException:
             # Also on KeyboardInterrupt. A server still starting may not heed SIGTERM yet: a short grace.
             self.stop(timeout=STARTING_GRACE_S)
@@ -244,8 +245,9 @@ class VLLMServer(ServerAccess):
             # would never answer there, so fail now instead of at the timeout.
             self._fail(ServerStartError, f"lost port {self.port} to another process",
                        found=diagnose("Address already in use", None))
-        if time.monotonic() > self._began + self.config.startup_timeout_s:
-            self._fail(StartupTimeoutError, f"was not ready after {self.config.startup_timeout_s:.0f} s")
+        limit = self.config.startup_timeout(self.device or "cpu")
+        if time.monotonic() > self._began + limit:
+            self._fail(StartupTimeoutError, f"was not ready after {limit:.0f} s")
         if time.monotonic() - self._last_news > 15:
             say("still starting...")
             self._last_news = time.monotonic()

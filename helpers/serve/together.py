@@ -11,7 +11,8 @@ start-up and checks that its ``gpu_memory_utilization`` share is free, and this 
 validated that with one server starting at a time.
 
 Every check runs before the first launch, the memory check counting the servers before it; a
-start that fails or is interrupted stops them all, so none is left behind.
+start that fails or is interrupted stops them all, so none is left behind (a second Ctrl-C during
+that clean-up stops the rest at once: :func:`helpers.serve.process.stop_each`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from helpers.serve import preflight
+from helpers.serve import preflight, process
 from helpers.serve.server import POLL_S, STARTING_GRACE_S, VLLMServer, progress_printer
 
 
@@ -45,19 +46,19 @@ def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | Non
     began = time.monotonic()
     says = [(lambda text: None) if quiet else progress_printer(began, f"{label}: ") for label in labels]
     try:
-        starting_with = 0.0
-        for server, say in zip(servers, says):
-            server.check_before_launch(say, starting_with)
-            if server.device == "cpu":
-                starting_with += preflight.cpu_memory_gib(server.config)
-        waves = [list(zip(servers, says))] if starts_at_once(servers) else [[pair] for pair in zip(servers, says)]
-        for wave in waves:
-            for server, say in wave:
-                server.launch_on_free_port(say)
-            while wave := [(server, say) for server, say in wave if not server.poll_start(say)]:
-                time.sleep(POLL_S)
+        with process.interruptible():  # Ctrl-C in a cell with ``await`` too
+            starting_with = 0.0
+            for server, say in zip(servers, says):
+                server.check_before_launch(say, starting_with)
+                if server.device == "cpu":
+                    starting_with += preflight.cpu_memory_gib(server.config)
+            waves = [list(zip(servers, says))] if starts_at_once(servers) else [[pair] for pair in zip(servers, says)]
+            for wave in waves:
+                for server, say in wave:
+                    server.launch_on_free_port(say)
+                while wave := [(server, say) for server, say in wave if not server.poll_start(say)]:
+                    time.sleep(POLL_S)
     except BaseException:
-        for server in servers:
-            server.stop(timeout=STARTING_GRACE_S)
+        process.stop_each(servers, timeout=STARTING_GRACE_S)  # a second Ctrl-C leaves none running either
         raise
     return servers
