@@ -3,7 +3,8 @@
 Notebook 04 fits the prefill term of its step clock from two lone prompts timed on vLLM's
 ``request_prefill_time_seconds``. On the H200 (vLLM 0.26, 2026-12-05) that clock read 0.8 ms for 768 more
 prompt tokens on Llama-3.1-8B's shape; this script's first GPU run showed the client's clock reading the same
-(``results/gpu/README.md``): a lone prompt of 256-1,536 tokens takes 31-38 ms there whatever its length.
+(``results/gpu/README.md``): a lone prompt of 256-1,536 tokens takes 31-38 ms there whatever its length on vLLM's clock
+(37-46 ms on the client's).
 This script starts one server, sends prompts of each ``--lengths`` alone and in each ``--groups`` size at
 once (one output token each, ``--repeats`` times, the order flipped every repeat), and prints each shape's
 median on the server's clock and on the client's (the group's last first token), with each clock's slope

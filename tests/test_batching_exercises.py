@@ -1,10 +1,12 @@
 """The notebook's exercise checks: right answers pass, wrong ones get a hint, nothing raises."""
 
 import math
+import re
 
 import pytest
 
 from helpers.batching import exercises as ex
+from helpers.batching.measure_stats import model_table
 from helpers.batching.step_time import StepTimeModel
 
 
@@ -72,6 +74,44 @@ def test_every_whole_number_short_of_eighty_percent_is_refused_however_close(ove
     fb = ex.grade_batch_for_80_percent(needed + 1, model)
     assert fb.ok is False and "the smallest batch" in fb.message
     assert ex.grade_batch_for_80_percent(exact - 1.0, model).ok is False  # not the formula's value either
+
+
+def printed_costs(model):
+    """Overhead and decode cost as model_table prints them, in ms: what a learner reads off the page."""
+    rows = dict(line.rsplit(None, 1) for line in model_table({"fitted": model}).splitlines()[1:])
+    return float(rows["overhead (ms/step)"]), float(rows["decode (ms/sequence)"])
+
+
+# an H100's fit from notebook 04 (64 slots), a GPU fit with a sub-millisecond overhead, the defaults (a CPU)
+@pytest.mark.parametrize("overhead_s, decode_seq_s", [(0.0024, 11.8e-6), (0.00240037, 11.7834e-6),
+                                                      (0.0010004, 10.0049e-6), (0.00095, 0.0000331), (0.0317, 0.00332)])
+def test_the_printed_costs_are_enough_to_solve_the_eighty_percent_exercise(overhead_s, decode_seq_s):
+    model = StepTimeModel(overhead_s=overhead_s, decode_seq_s=decode_seq_s)
+    exact = ex.batch_for_fraction_of_ceiling(model)
+    overhead_ms, decode_ms = printed_costs(model)
+    from_page = 4 * overhead_ms / decode_ms
+    assert from_page == pytest.approx(exact, rel=0.0002)  # well inside the grader's 0.1%
+    assert ex.grade_batch_for_80_percent(round(from_page, 1), model).ok
+    if overhead_s == 0.0024:  # the finding: 4 x 2.400 / 0.012 = 800, refused; the table now reads 0.011800
+        assert math.ceil(from_page) == 814 and ex.grade_batch_for_80_percent(math.ceil(from_page), model).ok
+
+
+@pytest.mark.parametrize("overhead_s, decode_seq_s", [(0.0024, 11.8e-6), (0.0317, 0.00332), (0.03, 0.004)])
+def test_the_right_answers_message_shows_arithmetic_that_adds_up(overhead_s, decode_seq_s):
+    model = StepTimeModel(overhead_s=overhead_s, decode_seq_s=decode_seq_s)
+    needed = math.ceil(ex.batch_for_fraction_of_ceiling(model) - 1e-9)
+    message = ex.grade_batch_for_80_percent(needed, model).message
+    o, d, b = re.search(r"= 4 x ([\d.]+) ms / ([\d.]+) ms = ([\d.]+), so (\d+) requests", message).groups()[:3]
+    assert (float(o), float(d)) == printed_costs(model)
+    assert 4 * float(o) / float(d) == pytest.approx(float(b), abs=0.05 + 0.001 * float(b))
+    assert f"so {needed} requests" in message
+
+
+def test_a_whole_number_just_short_through_rounding_is_told_to_use_the_models_own_costs():
+    model = StepTimeModel(overhead_s=0.0024, decode_seq_s=11.8e-6)  # 813.6
+    fb = ex.grade_batch_for_80_percent(813, model)
+    assert fb.ok is False and "model's own overhead_s and decode_seq_s" in fb.message
+    assert "model's own" not in ex.grade_batch_for_80_percent(800, model).message  # far off: no such excuse
 
 
 def test_the_eighty_percent_check_uses_the_model_it_is_given():

@@ -124,6 +124,32 @@ def test_a_class_prediction_compares_students_within_target():
     assert judge_class_guess(None, one, two).ok is None
 
 
+@pytest.mark.parametrize("typed", ["cache aware", "Cache_Aware", " cache_aware", "cache-aware\n"])
+def test_a_policy_prediction_is_read_whatever_its_case_and_spacing(typed):
+    results = [result("round_robin", [300, 300], 2000, [3, 3]), result("cache_aware", [1200, 0], 2000, [6, 0])]
+    fb = judge_policy_guess(typed, results)
+    assert fb.ok is True and "'cache_aware'" in fb.message
+    assert judge_policy_guess("Round Robin", results).ok is False
+
+
+@pytest.mark.parametrize("typed", ["Fewer", " fewer ", "FEWER"])
+def test_a_class_prediction_is_read_whatever_its_case_and_spacing(typed):
+    one = ClassReport("1 replica", 1, 5.0, "", (StudentView(0, 3, 3, 1.0, True),), 3, 3, 9.0, 0.2, "")
+    two = ClassReport("2 replicas + router", 2, 5.0, "", (StudentView(0, 3, 3, 6.0, False),), 3, 3, 9.0, 0.2, "")
+    assert judge_class_guess(typed, one, two).ok is True
+    assert judge_class_guess("More", one, two).ok is False
+
+
+def test_a_guess_that_is_not_an_option_is_named_as_such_not_as_no_prediction():
+    results = [result("round_robin", [300, 300], 2000, [3, 3]), result("cache_aware", [1200, 0], 2000, [6, 0])]
+    one = ClassReport("1 replica", 1, 5.0, "", (StudentView(0, 3, 3, 1.0, True),), 3, 3, 9.0, 0.2, "")
+    for fb in (judge_policy_guess("least_loaded", results), judge_policy_guess(3, results),
+               judge_class_guess("better", one, one)):
+        assert fb.ok is None and "not one of" in fb.message and "no prediction" not in fb.message
+    assert "no prediction" in judge_policy_guess(None, results).message
+    assert "no prediction" in judge_class_guess(None, one, one).message
+
+
 def test_the_graded_exercises_accept_the_worked_answers_and_refuse_others():
     assert grade_round_robin_finders(6) and not grade_round_robin_finders(9)
     assert grade_tp_weight_bytes(4_015_130_624) and not grade_tp_weight_bytes(8_030_261_248)

@@ -310,6 +310,9 @@ def test_model_table_lists_every_model_in_milliseconds():
     text = model_table({"defaults": StepTimeModel(), "fitted": StepTimeModel(overhead_s=0.05)})
     assert "defaults" in text.splitlines()[0] and "50.000" in text.splitlines()[1]
     budgets = model_table({"cpu": StepTimeModel(), "h200": StepTimeModel(max_num_batched_tokens=8192)}).splitlines()[-1]
+    gpu = model_table({"h100": StepTimeModel(overhead_s=0.0024, prefill_token_s=5.12e-6, decode_seq_s=11.7834e-6)})
+    # hundredths of a millisecond keep five significant figures, not three decimals (0.012, 0.005)
+    assert [line.split()[-1] for line in gpu.splitlines()[1:4]] == ["2.4000", "0.0051200", "0.011783"]
     assert budgets.split() == ["step", "budget", "(tokens)", "2,048", "8,192"]
 
 

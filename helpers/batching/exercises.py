@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 from helpers import answer_audit, validate
+from helpers.batching.measure_stats import ms_text
 from helpers.batching.sim import simulate_continuous, simulate_static
 from helpers.batching.step_time import StepTimeModel
 from helpers.batching.trace import (
@@ -220,9 +221,11 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
     ceiling = decode_ceiling_tok_s(model)
     whole = value == round(value)
     # a whole number must be the smallest one that gets there; any other number, the formula's own value
-    if (value == needed) if whole else abs(value - exact) <= max(0.05, 0.001 * exact):
-        return _right(f"b = 4 x overhead_s / decode_seq_s = 4 x {1000 * model.overhead_s:.1f} / "
-                              f"{1000 * model.decode_seq_s:.2f} = {exact:.1f}, so {needed} requests: "
+    tolerance = max(0.05, 0.001 * exact)
+    if (value == needed) if whole else abs(value - exact) <= tolerance:
+        # the costs as model_table prints them, so that the quotient can be redone from the page
+        return _right(f"b = 4 x overhead_s / decode_seq_s = 4 x {ms_text(model.overhead_s)} ms / "
+                              f"{ms_text(model.decode_seq_s)} ms = {exact:.1f}, so {needed} requests: "
                               f"{model.decode_tok_s(needed):.0f} of at most {ceiling:.0f} tok/s. Beyond that, "
                               f"a bigger max_num_seqs buys little decode speed. {_lab_settings_against(needed)}")
     hint = ("Set b / (overhead_s + b * decode_seq_s) equal to 0.8 / decode_seq_s and solve for b; "
@@ -233,6 +236,9 @@ def grade_batch_for_80_percent(answer: Any, model: StepTimeModel | None = None) 
         # cut, not rounded, to two decimals: 79.97% printed as "80%" would read as reaching it
         reached = math.floor(10000 * model.decode_tok_s(max(1.0, value)) / ceiling) / 100
         hint = f"At {value:g} requests decoding reaches only {reached:.2f}% of the ceiling, short of 80%. " + hint
+        if whole and exact - value <= tolerance:  # rounded costs can put the quotient just below a whole number
+            hint += (" A table's costs are rounded: the formula on the model's own overhead_s and decode_seq_s "
+                     "may land just above your number.")
     elif whole:
         hint = (f"{value:g} requests reach 80%, but so do fewer: the question asks for the smallest batch that "
                 f"does. " + hint)

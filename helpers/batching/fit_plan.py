@@ -177,7 +177,7 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
     output token).
 
     ``on_gpu``: the long side becomes as many long prompts sent at once as fill the step budget (at most
-    ``max_num_seqs``). On the H200 a lone prompt of 256 to 1,536 tokens took 31-38 ms whatever its length, on
+    ``max_num_seqs``). On the H200 a lone prompt of 256 to 1,536 tokens took 31-38 ms whatever its length (vLLM's clock), on
     SmolLM2 as on an 8B model, a floor one prompt's arithmetic does not reach; the lab's burst fills whole steps,
     where it does (``results/gpu/README.md``, 2026-12-05).
 
@@ -203,7 +203,7 @@ def choose_prefill_pair(graph_tokens: int | None, *, step_budget_tokens: int,
     if group <= 1:
         return pair
     return PrefillPair(pair.short, pair.long, f"{pair.reason}; on a GPU one prompt alone sits under a fixed floor "
-                                              f"(31-38 ms for 256-1,536 tokens on an H200), so the long side is "
+                                              f"(31-38 ms on vLLM's clock for 256-1,536 tokens on an H200), so the long side is "
                                               f"{group} prompts at once, {group * pair.long:,} tokens of the "
                                               f"{budget:,}-token step budget, as the lab's burst fills its steps, "
                                               f"timed to the last one's first token", long_group=group)

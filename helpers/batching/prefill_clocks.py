@@ -10,7 +10,8 @@ the client's time to first token holds the server's prefill and adds what every 
 (HTTP, the API server, the queue), so the slope between lengths agrees where both clocks are right.
 
 They agree, on the course's 2-core EPYC (2,824 against 2,828 us a prompt token) and on the H200 (the
-same flat middle on both clocks: a lone prompt of 256-1,536 tokens takes 31-38 ms whatever its length,
+same flat middle on both clocks: a lone prompt of 256-1,536 tokens takes 31-38 ms whatever its length on
+vLLM's clock, 37-46 ms on the client's,
 on SmolLM2 as on the 8B's shape). A lone prompt there is held to a fixed floor, not to the GPU's
 arithmetic; ``groups`` sends several prompts at once, so that a prefill can fill the server's step budget
 and be timed where the arithmetic is the limit.

@@ -32,15 +32,33 @@ SCHEMES = ("tensor parallel", "data parallel")
 
 
 # ----- predictions: set beside the measurement, not graded ---------------------------------------------
+def _option(guess: Any, options: tuple[str, ...], variable: str, measured: str) -> str | Feedback:
+    """``guess`` as one of ``options`` ("Cache aware" reads as "cache_aware", as ``grade_choice`` reads
+    a choice), or the Feedback that says there is no prediction to set beside ``measured``.
+
+    >>> _option(" Cache-Aware", ("round_robin", "cache_aware"), "policy_guess", "m")
+    'cache_aware'
+    >>> print(_option("lru", ("round_robin", "cache_aware"), "policy_guess", "m"))
+    ✏️ policy_guess is 'lru', not one of ('round_robin', 'cache_aware'). Measured: m.
+    """
+    if guess is None:
+        return Feedback(None, f"You made no prediction ({variable} is None; one of {options}). Measured: {measured}.")
+    if isinstance(guess, str):
+        key = guess.strip().lower().replace(" ", "_").replace("-", "_")
+        if key in options:
+            return key
+    return Feedback(None, f"{variable} is {guess!r}, not one of {options}. Measured: {measured}.")
+
+
 def judge_policy_guess(guess: Any, results: Sequence[Any]) -> Feedback:
     """Which policy served more prompt tokens from the prefix cache ("same": within 5 points)."""
     rates = {r.policy: r.hit_rate or 0.0 for r in results}
     measured = " and ".join(f"{policy} {rate:.0%}" for policy, rate in rates.items())
     best = max(rates, key=rates.get)
     winner = "same" if max(rates.values()) - min(rates.values()) < 0.05 else best
-    if guess not in POLICY_GUESSES:
-        return Feedback(None, f"You made no prediction (policy_guess is {guess!r}; one of {POLICY_GUESSES}). "
-                              f"Measured: {measured} of prompt tokens from the prefix cache.")
+    guess = _option(guess, POLICY_GUESSES, "policy_guess", f"{measured} of prompt tokens from the prefix cache")
+    if isinstance(guess, Feedback):
+        return guess
     if guess == winner:
         return Feedback(True, f"You predicted {guess!r}, and so it was: {measured}.")
     return Feedback(False, f"You predicted {guess!r}; measured {measured}: {winner!r}. The cells below say why.")
@@ -52,9 +70,9 @@ def judge_class_guess(guess: Any, one: Any, several: Any) -> Feedback:
                 f"{one.num_within} of {len(one.views)} with {one.label}")
     diff = several.num_within - one.num_within
     actual = "more" if diff > 0 else "fewer" if diff < 0 else "same"
-    if guess not in CLASS_GUESSES:
-        return Feedback(None, f"You made no prediction (class_guess is {guess!r}; one of {CLASS_GUESSES}). "
-                              f"Measured: {measured}.")
+    guess = _option(guess, CLASS_GUESSES, "class_guess", measured)
+    if isinstance(guess, Feedback):
+        return guess
     verdict = "and so it was" if guess == actual else f"it was {actual!r}"
     return Feedback(guess == actual, f"You predicted {guess!r}; {verdict}: {measured}.")
 
