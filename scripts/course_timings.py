@@ -124,7 +124,7 @@ def time_to_run(notebook: str) -> str:
                                    + (", an earlier version of its code" if _ran_older_code(other, notebook) else "")
                                    for model, more, other, on in others]
         if _ran_older_code(copy, notebook):
-            notes.append("an earlier version of its code")
+            notes.insert(1, "an earlier version of its code")  # beside its own date, before the other models' copies
         parts.append(f"{_seconds(seconds)} on {gpu_named(machine)} ({'; '.join(notes)})")
     if not parts:
         return f"{LEAD} not timed yet."

@@ -99,6 +99,13 @@ def test_not_yet_names_the_failed_records_reasons_counted():
     assert "small.learner.run.records" in described  # where to read every record's error
 
 
+def test_more_tokens_than_asked_is_an_error_without_the_ignore_eos_hint():
+    records = check({0: {"tokens": MAX_TOKENS + 2}, 1: {"tokens": MAX_TOKENS - 2}})
+    assert records[0].error == f"asked for {MAX_TOKENS} tokens, the record says {MAX_TOKENS + 2}"  # not "fewer"
+    assert "fewer" in records[1].error and "ignore_eos" in records[1].error
+    assert records[2].ok
+
+
 def test_the_learners_run_is_stamped_in_utc_with_the_machine_it_ran_on():
     workload = Workload((RequestSpec(0, "request 0", 2, MAX_TOKENS),), (2,), MAX_TOKENS, 0, "t")
     run = asyncio.run(run_learner_client(learner({}), nowhere(), workload, timeout_s=30)).run

@@ -38,6 +38,25 @@ def _wait_gone(path, timeout=15.0):
     return not path.exists()
 
 
+def _handles_sigusr1(pid):
+    """Whether process ``pid`` has its SIGUSR1 handler in and the signal unblocked: the watchdog's loop is next."""
+    bit = 1 << (signal.SIGUSR1 - 1)
+    try:
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+    except OSError:
+        return False
+    return bool(int(status["SigCgt"], 16) & bit) and not int(status["SigBlk"], 16) & bit
+
+
+def _wait_watching(guard, timeout=20.0):
+    """Until the watchdog has looked at its server a few times (bounded): its handler is in, then some POLL_S."""
+    deadline = time.monotonic() + timeout
+    while not _handles_sigusr1(guard.pid):
+        assert guard.poll() is None and time.monotonic() < deadline, "the watchdog did not start watching"
+        time.sleep(0.05)
+    time.sleep(3 * _orphan_guard.POLL_S)
+
+
 def test_the_server_of_a_gone_kernel_is_ended_though_its_log_folder_was_deleted(tmp_path):
     server = subprocess.Popen(["sleep", "60"], start_new_session=True)
     log, temp_dir = tmp_path / "deleted-by-make-clean" / "server.log", tmp_path / "server-tmp"
@@ -61,7 +80,7 @@ def test_a_dead_engine_still_gets_its_clean_up_when_the_log_cannot_be_written(tm
     temp_dir.mkdir()
     guard = process.start_orphan_guard(leader.pid, log, temp_dir)
     try:
-        time.sleep(2.0)  # the watchdog has seen the leader, a process the server cannot lose
+        _wait_watching(guard)  # the watchdog has seen the leader, a process the server cannot lose
         leader.kill()
         assert guard.wait(timeout=20) == 0  # not a traceback from the note it could not write
         assert wait_until_gone(pids, timeout=0) == [] and not temp_dir.exists()
@@ -112,3 +131,13 @@ def test_a_stop_sent_as_the_watchdog_starts_neither_kills_it_nor_is_lost(tmp_pat
     finally:
         guard.kill()
         group.end_session(server.pid, grace_s=0.5, leader=server)
+
+
+def test_starting_the_watchdog_leaves_the_callers_signal_mask(tmp_path, monkeypatch):
+    """SIGUSR1 is blocked only while the watchdog is launched: left blocked, a stop's signal would never reach
+    anything this process starts later, nor a handler of its own."""
+    monkeypatch.setattr(subprocess, "Popen", lambda *args, **kwargs: None)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert signal.SIGUSR1 not in before
+    process.start_orphan_guard(1, tmp_path / "server.log", tmp_path)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
