@@ -96,6 +96,22 @@ def grade_number(answer: object, expected: float, *, name: str, rel_tol: float =
                     + (f" Hint: {hint}" if hint else ""))
 
 
+def _case_and_spaces(text: str) -> str:
+    return text.strip().lower()
+
+
+def as_option(answer: object, options: tuple[str, ...], spelled: Callable[[str], str] = _case_and_spaces) -> object:
+    """The option a string ``answer`` names when both are read through ``spelled`` (by default: case and outer spaces
+    left out); any other answer as it is.
+
+    >>> as_option(" No", ("yes", "no")), as_option("maybe", ("yes", "no")), as_option(3, ("yes", "no"))
+    ('no', 'maybe', 3)
+    """
+    if not isinstance(answer, str):
+        return answer
+    return next((o for o in options if isinstance(o, str) and spelled(o) == spelled(answer)), answer)
+
+
 def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str, ...], why: str = "") -> Feedback:
     """A multiple-choice answer (one of ``options``); the verdict gives the reason when right.
 
@@ -107,8 +123,7 @@ def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str
     listed = ", ".join(map(repr, options))
     if answer is None:
         return Feedback(None, f"{name}: not answered yet (pick one of {listed}).")
-    if isinstance(answer, str):  # "No" or " no" means "no": the choice is graded, not its typing
-        answer = next((o for o in options if isinstance(o, str) and o.strip().lower() == answer.strip().lower()), answer)
+    answer = as_option(answer, options)  # "No" or " no" means "no": the choice is graded, not its typing
     if answer not in options:
         return Feedback(False, f"{name}: {answer!r} is not one of {listed}.")
     if answer == expected:

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # a sibling script, importable however this one is run
 sys.path.insert(0, str(ROOT))  # the course's helpers, when run as `python scripts/course_timings.py`
-from import_gpu_runs import DEFAULT_MODEL, code_of, copy_name
+from import_gpu_runs import DEFAULT_MODEL, code_of, copy_name, source_of
 
 from helpers.files import write_atomically
 
@@ -103,28 +103,26 @@ def gpu_named(machine: str) -> str:
     return f"{'an' if name[0].upper() in 'AEFHILMNORSX' else 'a'} {name}"  # the letter as it is read: "an H100"
 
 
-def _ran_older_code(copy: Path, notebook: str) -> bool:
-    """Whether the executed ``copy`` ran other code than ``notebook`` (a file name under notebooks/ or labs/) has now:
-    asked of the copy itself, since a lab's copies (one a model) catch up one at a time."""
-    source = next((path for path in (ROOT / "notebooks" / notebook, ROOT / "labs" / notebook) if path.exists()), None)
-    return source is not None and copy.exists() and code_of(copy) != code_of(source)
+def _ran_older_code(copy: Path) -> bool:
+    """Whether the executed ``copy`` ran other code than its notebook has now: asked of the copy itself, since a
+    lab's copies (one a model) catch up one at a time."""
+    source = ROOT / source_of(copy)
+    return copy.exists() and source.exists() and code_of(copy) != code_of(source)
 
 
 def time_to_run(notebook: str) -> str:
     """The sentence for ``notebook`` (``01_start_server.ipynb``): each CPU class, then the GPU; where a GPU copy ran
-    older code (``AWAITING.json``), it says so."""
+    older code than the notebook has now, it says so beside that copy's figure."""
     name = Path(notebook).stem
     parts = [f"{_seconds(run['notebooks'][notebook])} on {describe_cpu(run['cpu'], run['started_utc'][:10])}"
              for run in cpu_runs() if notebook in run["notebooks"]]
     gpu = [(model, *found) for (copy, model), found in gpu_runs().items() if copy == name]
     if gpu:
         (_, seconds, copy, machine), *others = sorted(gpu, key=lambda run: run[0] != DEFAULT_MODEL)
-        notes = [_day_of(copy)] + [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}"
-                                   + (f" on {gpu_named(on)}" if on != machine else "")
-                                   + (", an earlier version of its code" if _ran_older_code(other, notebook) else "")
-                                   for model, more, other, on in others]
-        if _ran_older_code(copy, notebook):
-            notes.insert(1, "an earlier version of its code")  # beside its own date, before the other models' copies
+        older = "an earlier version of its code"
+        notes = [_day_of(copy), *([older] if _ran_older_code(copy) else [])]
+        notes += [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}" + (f" on {gpu_named(on)}" if on != machine else "")
+                  + (f", {older}" if _ran_older_code(other) else "") for model, more, other, on in others]
         parts.append(f"{_seconds(seconds)} on {gpu_named(machine)} ({'; '.join(notes)})")
     if not parts:
         return f"{LEAD} not timed yet."

@@ -225,21 +225,25 @@ def test_a_record_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert [path.name for path in kept.parent.iterdir()] == [kept.name]
 
 
-def test_only_a_copy_of_older_code_is_called_an_earlier_version(tmp_path, monkeypatch):
-    """A lab has a copy a model, and they catch up one at a time: the sentence asks each copy, not AWAITING.json."""
+def _lab_2_copies(tmp_path, monkeypatch, older_model: str) -> None:
+    """Lab 2's two GPU copies in a stand-in executed/ folder: ``older_model``'s ran an older cell, the other today's."""
     monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "no-cpu-runs")
     monkeypatch.setattr(course_timings, "GPU_EXECUTED", tmp_path)
     source = ROOT / "labs" / "02_serving_real_traffic.ipynb"
-    current = json.loads(source.read_text())
-    older = json.loads(source.read_text())
+    current, older = json.loads(source.read_text()), json.loads(source.read_text())
     next(cell for cell in older["cells"] if cell["cell_type"] == "code" and "SETTINGS" in "".join(cell["source"]))[
         "source"] = "SETTINGS = (8, 64)  # an older version of the cell\n"
-    (tmp_path / "lab_02_serving_real_traffic-smollm2.ipynb").write_text(json.dumps(current))
-    (tmp_path / "lab_02_serving_real_traffic-dummy-llama-3.1-8b.ipynb").write_text(json.dumps(older))
-    (tmp_path / "timings.json").write_text(json.dumps({"02_serving_real_traffic.ipynb (smollm2)": 708.6,
-                                                       "02_serving_real_traffic.ipynb (dummy-llama-3.1-8b)": 568.0}))
-    machines = {key: "1 x NVIDIA H100 80GB HBM3 (79 GiB)" for key in json.loads((tmp_path / "timings.json").read_text())}
-    (tmp_path / "machines.json").write_text(json.dumps(machines))
+    for model in ("smollm2", "dummy-llama-3.1-8b"):
+        copy = older if model == older_model else current
+        (tmp_path / f"lab_02_serving_real_traffic-{model}.ipynb").write_text(json.dumps(copy))
+    timings = {"02_serving_real_traffic.ipynb (smollm2)": 708.6, "02_serving_real_traffic.ipynb (dummy-llama-3.1-8b)": 568.0}
+    (tmp_path / "timings.json").write_text(json.dumps(timings))
+    (tmp_path / "machines.json").write_text(json.dumps({key: "1 x NVIDIA H100 80GB HBM3 (79 GiB)" for key in timings}))
+
+
+def test_only_a_copy_of_older_code_is_called_an_earlier_version(tmp_path, monkeypatch):
+    """A lab has a copy a model, and they catch up one at a time: the sentence asks each copy, not AWAITING.json."""
+    _lab_2_copies(tmp_path, monkeypatch, older_model="dummy-llama-3.1-8b")
     assert course_timings.time_to_run("02_serving_real_traffic.ipynb") == (
         "Time to run, every cell as `make course` runs it: 11 min 49 s on an H100 (date unknown; 568 s on the 8B shape, "
         "an earlier version of its code). Reading and the exercises take longer.")
@@ -248,20 +252,7 @@ def test_only_a_copy_of_older_code_is_called_an_earlier_version(tmp_path, monkey
 def test_an_older_copy_of_the_default_model_is_named_after_its_own_figure(tmp_path, monkeypatch):
     """The default model's copy ran older code, the other's is current: the note stands on its own after a
     semicolon, not on the other copy's figure."""
-    monkeypatch.setattr(course_timings, "CPU_TIMINGS", tmp_path / "no-cpu-runs")
-    monkeypatch.setattr(course_timings, "GPU_EXECUTED", tmp_path)
-    source = ROOT / "labs" / "02_serving_real_traffic.ipynb"
-    current = json.loads(source.read_text())
-    older = json.loads(source.read_text())
-    next(cell for cell in older["cells"] if cell["cell_type"] == "code" and "SETTINGS" in "".join(cell["source"]))[
-        "source"] = "SETTINGS = (8, 64)  # an older version of the cell\n"
-    (tmp_path / "lab_02_serving_real_traffic-smollm2.ipynb").write_text(json.dumps(older))
-    (tmp_path / "lab_02_serving_real_traffic-dummy-llama-3.1-8b.ipynb").write_text(json.dumps(current))
-    (tmp_path / "timings.json").write_text(json.dumps({"02_serving_real_traffic.ipynb (smollm2)": 708.6,
-                                                       "02_serving_real_traffic.ipynb (dummy-llama-3.1-8b)": 568.0}))
-    machines = {key: "1 x NVIDIA H100 80GB HBM3 (79 GiB)"
-                for key in json.loads((tmp_path / "timings.json").read_text())}
-    (tmp_path / "machines.json").write_text(json.dumps(machines))
+    _lab_2_copies(tmp_path, monkeypatch, older_model="smollm2")
     assert course_timings.time_to_run("02_serving_real_traffic.ipynb") == (
         "Time to run, every cell as `make course` runs it: 11 min 49 s on an H100 (date unknown; an earlier version "
         "of its code; 568 s on the 8B shape). Reading and the exercises take longer.")

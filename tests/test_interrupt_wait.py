@@ -43,9 +43,13 @@ def test_ctrl_c_interrupts_a_blocking_wait_and_the_old_handler_comes_back(cell_h
     assert seen == [] and signal.getsignal(signal.SIGINT) is handler
 
 
-def test_an_interrupted_start_stops_its_server_and_restores_the_handler(cell_handler, monkeypatch):
-    handler, seen = cell_handler
+def _starts_interrupted(monkeypatch, device: str | None = None) -> list[float]:
+    """VLLMServer's start stubbed so that its first look at a server sends Ctrl-C (``device``: what the checks
+    set); returns the timeouts its stops get."""
     looks, stops = [], []
+
+    def check_before_launch(self, say, starting_with_gib=0.0):
+        self.device = device
 
     def poll_start(self, say):
         looks.append(1)
@@ -54,10 +58,16 @@ def test_an_interrupted_start_stops_its_server_and_restores_the_handler(cell_han
         assert len(looks) < 6, "Ctrl-C did not reach the start's wait"
         return False
 
-    monkeypatch.setattr(VLLMServer, "check_before_launch", lambda self, say: None)
+    monkeypatch.setattr(VLLMServer, "check_before_launch", check_before_launch)
     monkeypatch.setattr(VLLMServer, "launch_on_free_port", lambda self, say: None)
     monkeypatch.setattr(VLLMServer, "poll_start", poll_start)
     monkeypatch.setattr(VLLMServer, "stop", lambda self, timeout=15.0: stops.append(timeout))
+    return stops
+
+
+def test_an_interrupted_start_stops_its_server_and_restores_the_handler(cell_handler, monkeypatch):
+    handler, seen = cell_handler
+    stops = _starts_interrupted(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         VLLMServer().start(quiet=True)
     assert stops and seen == [] and signal.getsignal(signal.SIGINT) is handler
@@ -92,22 +102,7 @@ def test_an_interrupted_start_together_stops_them_all(cell_handler, monkeypatch)
     from helpers.serve.together import start_together
 
     handler, seen = cell_handler
-    looks, stops = [], []
-
-    def poll_start(self, say):
-        looks.append(1)
-        if len(looks) == 1:
-            os.kill(os.getpid(), signal.SIGINT)
-        assert len(looks) < 6, "Ctrl-C did not reach the wait"
-        return False
-
-    def check_before_launch(self, say, starting_with_gib=0.0):
-        self.device = "cuda"  # one after the other, no memory sums
-
-    monkeypatch.setattr(VLLMServer, "check_before_launch", check_before_launch)
-    monkeypatch.setattr(VLLMServer, "launch_on_free_port", lambda self, say: None)
-    monkeypatch.setattr(VLLMServer, "poll_start", poll_start)
-    monkeypatch.setattr(VLLMServer, "stop", lambda self, timeout=15.0: stops.append(timeout))
+    stops = _starts_interrupted(monkeypatch, device="cuda")  # on a GPU: one after the other, no memory sums
     with pytest.raises(KeyboardInterrupt):
         start_together([VLLMServer(), VLLMServer()], quiet=True)
     assert len(stops) == 2 and seen == [] and signal.getsignal(signal.SIGINT) is handler

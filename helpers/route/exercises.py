@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
+from helpers.feedback import Feedback, as_option, grade_choice, grade_number, graded, show
 from helpers.route.parallel import LLAMA_31_8B, tensor_parallel_plan
 from helpers.route.policies import COMPARED, prefix_finders, round_robin_placement
 
@@ -43,10 +43,9 @@ def _option(guess: Any, options: tuple[str, ...], variable: str, measured: str) 
     """
     if guess is None:
         return Feedback(None, f"You made no prediction ({variable} is None; one of {options}). Measured: {measured}.")
-    if isinstance(guess, str):
-        key = guess.strip().lower().replace(" ", "_").replace("-", "_")
-        if key in options:
-            return key
+    option = as_option(guess, options, spelled=lambda text: text.strip().lower().replace(" ", "_").replace("-", "_"))
+    if isinstance(option, str) and option in options:
+        return option
     return Feedback(None, f"{variable} is {guess!r}, not one of {options}. Measured: {measured}.")
 
 
