@@ -1,4 +1,4 @@
-from helpers.units import duration, share
+from helpers.units import duration, factor, share
 
 
 def test_a_gpu_steps_microseconds_are_not_printed_as_zero_milliseconds():
@@ -16,3 +16,7 @@ def test_rounding_up_moves_to_the_next_unit():
 
 def test_a_tiny_share_of_a_gpus_pool_keeps_two_digits():
     assert share(85 / 372_682) == "0.023%" and share(0.014) == "1.4%" and share(0.26) == "26%" and share(0.0) == "0%"
+
+
+def test_a_factor_keeps_two_significant_digits_in_any_range():
+    assert [factor(r) for r in (1.627, 1.04, 0.934, 9.96, 123.0)] == ["1.6x", "1.0x", "0.93x", "10x", "120x"]

@@ -254,7 +254,7 @@ def explain_saturation_gap(measured_rate_per_s: float, model: StepTimeModel, max
     >>> round(gap.factors["overhead_s"], 3), round(gap.factors["decode_seq_s"], 3), gap.factors["prefill_token_s"]
     (1.364, 1.4, None)
     >>> gap.sentence
-    'measured 40 requests/s, the model predicts 47.6 (16% lower); to match, overhead_s would have to be 1.36x (10.0 ms -> 13.6 ms), or decode_seq_s 1.4x (1.00 ms -> 1.40 ms); prefill_token_s cannot (it is 0 in the model)'
+    'measured 40 requests/s, the model predicts 47.6 (16% lower); to match, overhead_s would have to be 1.4x (10.0 ms -> 13.6 ms), or decode_seq_s 1.4x (1.00 ms -> 1.40 ms); prefill_token_s cannot (it is 0 in the model)'
     """
     measured = validate.positive_number(measured_rate_per_s, "measured_rate_per_s",
                                         hint="It is the measured saturation rate in requests per second (e.g. "
@@ -267,7 +267,7 @@ def explain_saturation_gap(measured_rate_per_s: float, model: StepTimeModel, max
         part = share * request_s
         factors[term] = (part + missing) / part if part > 0 and part + missing > 0 else None
     able = sorted((t for t in TERMS if factors[t] is not None), key=lambda t: abs(math.log(factors[t])))
-    changes = [f"{t} {'would have to be ' * (i == 0)}{factors[t]:.3g}x ({units.duration(getattr(model, t))} -> "
+    changes = [f"{t} {'would have to be ' * (i == 0)}{units.factor(factors[t])} ({units.duration(getattr(model, t))} -> "
                f"{units.duration(getattr(model, t) * factors[t])})" for i, t in enumerate(able)]
     unable = [f"{t} cannot ({'it is 0 in the model' if getattr(model, t) == 0 else 'it would have to be negative'})"
               for t in TERMS if factors[t] is None]
