@@ -259,7 +259,9 @@ def test_start_replicas_refuses_a_setting_the_server_lacks_with_the_servers_own_
 
 
 def test_no_free_router_port_says_what_to_stop_or_pass(monkeypatch):
-    monkeypatch.setattr(router_module, "port_free", lambda host, port, strict: False)
+    from helpers.serve import preflight
+
+    monkeypatch.setattr(preflight, "port_free", lambda host, port, strict: False)
     with pytest.raises(PortInUseError, match=r"Ports 30000-30099 are all in use on 127.0.0.1 .*earlier kernels.*"
                                              r"stop_all_routers\(\).*port=\.\.\."):
         router_module.choose_router_port("127.0.0.1", None)
@@ -271,3 +273,16 @@ def test_a_router_log_is_named_as_before_through_the_servers_log_path(tmp_path):
     path = new_log_path(tmp_path, 30000, name="vllm-router")
     assert path.parent == tmp_path and path.name.startswith("vllm-router-") and path.name.endswith("-port30000.log")
     assert new_log_path(tmp_path, 8000).name.startswith("vllm-2")  # a server's, unchanged
+
+
+def test_a_server_and_a_router_choose_ports_alike_each_naming_what_to_stop(monkeypatch):
+    from helpers.serve import preflight
+
+    monkeypatch.setattr(preflight, "port_free", lambda host, port, strict: port % 2 == 1)  # odd ports free
+    assert router_module.choose_router_port("127.0.0.1", None) == 30001
+    assert router_module.choose_router_port("127.0.0.1", None, after=30001) == 30003
+    with preflight.reserving({8001}):  # a router's port promised before its replicas start: a server skips it
+        assert preflight.choose_port(ServerConfig(), taken={8003}) == 8005
+    monkeypatch.setattr(preflight, "port_free", lambda host, port, strict: False)
+    with pytest.raises(PortInUseError, match=r"Ports 8000-8099 .*servers from earlier kernels.*stop_all_servers\(\)"):
+        preflight.choose_port(ServerConfig())

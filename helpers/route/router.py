@@ -38,7 +38,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from helpers import validate
-from helpers.errors import ConfigError, PortInUseError, RouterNotInstalledError, ServerStartError, StartupTimeoutError
+from helpers.errors import ConfigError, RouterNotInstalledError, ServerStartError, StartupTimeoutError
 from helpers.route.command import (
     WORKER_STARTUP_TIMEOUT_S,
     build_router_launch,
@@ -51,8 +51,9 @@ from helpers.route.command import (
 from helpers.serve import group, process
 from helpers.serve.access import ServerAccess
 from helpers.serve.config import LOOPBACK
+from helpers.serve.live import ports_taken
 from helpers.serve.log import tail
-from helpers.serve.preflight import port_free
+from helpers.serve.preflight import pick_port
 
 FIRST_PORT = 30000  # vllm-router's own default port; later routers take the next free one
 STOP_GRACE_S = 5.0  # the router exits within a second of SIGTERM
@@ -210,20 +211,9 @@ def start_router(replicas: Sequence[Any], policy: str = "cache_aware", *, quiet:
 
 
 def choose_router_port(host: str, port: int | None, after: int | None = None) -> int:
-    """``port`` if free (else :class:`PortInUseError`), or the first free one from :data:`FIRST_PORT`."""
-    if port is not None:
-        if not port_free(host, port, strict=False):
-            raise PortInUseError(
-                f"Port {port} on {host} is already in use (often a router or server from an earlier kernel). "
-                "Stop that process, choose another port, or pass port=None to take the first free one.")
-        return port
-    first = FIRST_PORT if after is None else after + 1
-    for candidate in range(first, first + 100):
-        if port_free(host, candidate, strict=True):
-            return candidate
-    raise PortInUseError(f"Ports {first}-{first + 99} are all in use on {host} (often by routers or servers from "
-                         "earlier kernels). Stop those (stop_all_routers() in the kernel that started them, or "
-                         "restart that kernel), or pass port=... with a port you know is free.")
+    """``port`` if free (else :class:`PortInUseError`), or the first free one from :data:`FIRST_PORT` (or ``after``
+    + 1), past the ports of servers this kernel is starting (:func:`helpers.serve.preflight.pick_port`)."""
+    return pick_port(host, port, first=FIRST_PORT if after is None else after + 1, skip=ports_taken(), kind="router")
 
 
 def stop_all_routers() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -174,18 +174,27 @@ def choose_port(config: ServerConfig, taken: frozenset[int] | set[int] = frozens
     """The config's port if it is free, else (port=None) the first free one from :data:`FIRST_PORT`
     that is not in ``taken`` (ports of servers this kernel launched: a vLLM just launched binds its
     port seconds later, so a probe cannot see it yet) nor held back by :func:`reserving`."""
-    if config.port is not None:
-        if not port_free(config.host, config.port, strict=False):
+    return pick_port(config.host, config.port, skip=taken)
+
+
+def pick_port(host: str, port: int | None, *, first: int = FIRST_PORT, skip: Container[int] = frozenset(),
+              kind: str = "server") -> int:
+    """``port`` if free (else :class:`PortInUseError`), or (port=None) the first free one of the 100 from ``first``
+    that is not in ``skip`` nor held back by :func:`reserving`; ``kind``, "server" or "router", names what to stop.
+    A server's and a router's ports are chosen here alike (:func:`helpers.route.router.choose_router_port`)."""
+    holders = "a server" if kind == "server" else "a router or server"
+    if port is not None:
+        if not port_free(host, port, strict=False):
             raise PortInUseError(
-                f"Port {config.port} on {config.host} is already in use (often a server from an "
-                "earlier kernel or another notebook). Stop that process, choose another port, "
-                "or pass port=None to take the first free one."
-            )
-        return config.port
-    for port in range(FIRST_PORT, FIRST_PORT + 100):
-        if port not in taken and port not in _RESERVED and port_free(config.host, port, strict=True):
-            return port
-    raise PortInUseError(f"Ports {FIRST_PORT}-{FIRST_PORT + 99} are all in use on {config.host}.")
+                f"Port {port} on {host} is already in use (often {holders} from an earlier kernel or another "
+                "notebook). Stop that process, choose another port, or pass port=None to take the first free one.")
+        return port
+    for candidate in range(first, first + 100):
+        if candidate not in skip and candidate not in _RESERVED and port_free(host, candidate, strict=True):
+            return candidate
+    raise PortInUseError(f"Ports {first}-{first + 99} are all in use on {host} (often by {kind}s from earlier "
+                         f"kernels). Stop those (stop_all_{kind}s() in the kernel that started them, or restart that kernel), "
+                         "or pass port=... with a port you know is free.")
 
 
 @contextmanager
