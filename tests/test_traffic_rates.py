@@ -31,7 +31,7 @@ from helpers.traffic.rates import (
     save_rate_sweep,
     slo_table,
 )
-from helpers.traffic.sweep import check_rates, sweep_rates
+from helpers.traffic.sweep import bracketing_rate, check_rates, sweep_rates
 
 
 def point(rate, achieved, *, setting="seqs=4", ok=20, n=20, status="ok", latencies=None):
@@ -118,6 +118,14 @@ def test_a_lucky_point_above_the_first_overloaded_one_does_not_move_the_bracket_
 def test_a_setting_overloaded_at_its_lowest_rate_has_no_rate_kept_up():
     found = measured_saturation([point(1.0, 0.6), point(2.0, 0.7)])["seqs=4"]
     assert (found.last_kept_up, found.first_not, found.estimate) == (None, 1.0, 0.65)
+
+
+def test_a_sweep_that_missed_the_knee_is_bracketed_by_one_rate_beyond_it_and_a_bracketed_one_is_left_alone():
+    assert bracketing_rate([point(1.0, 1.0), point(1.5, 1.5)]) == 3.0  # all kept up: twice the highest
+    assert bracketing_rate([point(1.0, 0.6), point(2.0, 0.7)]) == 0.5  # none did: half the lowest
+    assert bracketing_rate([point(1.0, 1.0), point(2.0, 1.3)]) is None
+    assert bracketing_rate([point(1.0, 1.0), not_run("seqs=4", 3.0, 1.0, 20, "time bound")]) == 2.0  # judged only
+    assert bracketing_rate([not_run("seqs=4", 3.0, 1.0, 20, "time bound")]) is None
 
 
 # ----- SLOs ----------------------------------------------------------------------------------------------------

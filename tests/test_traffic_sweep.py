@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import threading
@@ -67,6 +68,19 @@ def test_a_rate_that_would_pass_the_time_limit_is_not_started(server):
     assert [p.status for p in points] == ["ok", "not run: time bound"]
     assert points[0].num_requests == 6 == points[0].num_ok and points[1].num_requests == 12
     assert time.monotonic() - began < 11 + 5  # the limit, and a scrape or two
+
+
+def test_a_bracketing_sweep_whose_rates_all_kept_up_runs_one_more_at_twice_the_highest(server, tmp_path):
+    # 4 requests 2 s apart (evenly: Poisson gaps can put two within milliseconds, and a slope over 4 TTFTs is then
+    # anyone's) on 4 slots, 8 tokens each: nothing waits, so the sweep adds 1.0 req/s (BRACKET_STEP)
+    path = tmp_path / "sweep.json"
+    even = {**SMALL, "num_requests": 4, "burstiness": math.inf, "time_limit_s": 60}
+    points = asyncio.run(sweep_rates(server, [0.5], out_path=path, bracket=True, **even))
+    assert points[0].keeps_up is True, (points[0].ttft_growth, points[0].latencies)
+    assert [(p.offered_rate, p.status, p.num_ok) for p in points] == [(0.5, "ok", 4), (1.0, "ok", 4)]
+    assert load_rate_sweep(path)[0] == points  # the extra rate is saved with the planned one, in rate order
+    alone = asyncio.run(sweep_rates(server, [0.5], **even))
+    assert [p.offered_rate for p in alone] == [0.5]  # without bracket, the plan is all
 
 
 def test_vllm_bench_serve_at_one_rate_reads_into_the_course_figures_beside_its_own(server, tmp_path):

@@ -17,6 +17,12 @@ the sweep at once: the point it died in is ``"failed: server died ..."``, the re
 after every rate, the rates not yet reached marked not run, so a kernel stopped mid-sweep still
 leaves a true file. Everything is checked before a request is sent.
 
+Bracketing (``bracket=True``): a sweep planned from a prediction can miss the knee, every rate kept up
+(a CPU slower than its clock) or none did (lab 2 on an H100, whose front end the clock cannot see, served
+0.56x the predicted rate). Then one more rate is run, within the same time bound: twice the highest
+planned rate, or half the lowest (:func:`bracketing_rate`), so the sweep holds a rate kept up below one
+that was not, and an overloaded rate to estimate what the server serves.
+
 Example::
 
     >>> points = await sweep_rates(server, [0.5, 1, 2], num_requests=20, output_tokens=16)  # doctest: +SKIP
@@ -48,6 +54,7 @@ from helpers.traffic.rates import RatePoint, describe_point, not_run, rate_point
 
 MIN_DRAIN_S = 5.0  # seconds the last arrival's request gets, at least, before the time limit
 MIN_REQUESTS = 3  # per rate: fewer give no completion rate (helpers.traffic.rates.pace)
+BRACKET_STEP = 2.0  # bracketing's extra rate: this times the highest planned rate, or the lowest over it
 # MAX_REQUESTS (helpers.load.run) bounds each rate's count too, whatever the duration asked for: a rate is one run
 START_AGAIN = ("a cell that has finished with its server stops it (and may set it to None): run the cell that "
                "starts the server again (or start one: server = start_server(...)), then this one")
@@ -70,6 +77,7 @@ async def sweep_rates(
     request_timeout_s: float = DEFAULT_TIMEOUT_S,
     out_path: Path | str | None = None,
     quiet: bool = False,
+    bracket: bool = False,
 ) -> list[RatePoint]:
     """One point per rate of ``rates`` (requests per second, run lowest first), every planned rate
     in the result whatever happened to it. Give ``num_requests`` (the same at each rate) or
@@ -77,7 +85,8 @@ async def sweep_rates(
     arrivals' gamma shape (1: Poisson). ``slo``: an :class:`~helpers.load.slo.SLO` or vLLM's
     spelling ``"ttft:500 tpot:50"`` (ms), for each point's goodput. ``setting_label``: default
     ``"max_num_seqs=N"`` from the server. Prompts cycle through ``prompt_lens`` tokens, each
-    answer ``output_tokens`` long. Prints one line per rate unless ``quiet``.
+    answer ``output_tokens`` long. Prints one line per rate unless ``quiet``. ``bracket``: one more rate
+    where the planned ones all kept up or none did (module docstring).
     In a notebook ``points = await sweep_rates(...)``; in a script ``asyncio.run(sweep_rates(...))``.
     """
     check_up(server, START_AGAIN)
@@ -104,10 +113,11 @@ async def sweep_rates(
              "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "burstiness": burstiness, "seed": seed, "slo": " ".join(slo.vllm_args()[1:]) if slo else None,
              "time_limit_s": time_limit_s, "prompt_lens": list(lens), "output_tokens": output_tokens}
-    points = [not_run(label, rate, burstiness, n, PENDING) for rate, n in zip(rates, counts)]
+    plan = list(zip(rates, counts))
+    points = [not_run(label, rate, burstiness, n, PENDING) for rate, n in plan]
     began = time.monotonic()
     stop_reason: str | None = None
-    for index, (rate, n) in enumerate(zip(rates, counts)):
+    for index, (rate, n) in enumerate(plan):  # bracketing may add one rate to the plan as it goes
         if stop_reason is None:
             stop_reason = death_of(server, wait_s=0)
         if stop_reason is not None:
@@ -125,11 +135,42 @@ async def sweep_rates(
             first=all(p.status.startswith("not run") for p in points[:index]),
             output_tokens=output_tokens, timeout_s=min(request_timeout_s, remaining - span))
         _report(quiet, describe_point(points[index]))
+        extra = bracketing_rate(points) if bracket and index == len(rates) - 1 and stop_reason is None else None
+        if extra is not None:
+            plan.append((extra, min(MAX_REQUESTS, _request_counts((extra,), num_requests, duration_s)[0])))
+            points.append(not_run(label, extra, burstiness, plan[-1][1], PENDING))
+            _report(quiet, f"  {label}: {'every rate kept up' if extra > rates[-1] else 'no rate kept up'}; "
+                           f"one more at {extra:g} req/s, to bracket where it stops keeping up")
         if out_path is not None:
-            save_rate_sweep(points, out_path, **about)
+            save_rate_sweep(_by_rate(points), out_path, **about)
     if out_path is not None:
-        save_rate_sweep(points, out_path, **about)
-    return points
+        save_rate_sweep(_by_rate(points), out_path, **about)
+    return _by_rate(points)
+
+
+def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
+    """The rate that brackets a sweep's knee: ``BRACKET_STEP`` times the highest rate when every rate judged
+    (:attr:`RatePoint.keeps_up`) kept up, the lowest over ``BRACKET_STEP`` when none did; None when one rate
+    kept up and another did not, or when no rate was judged.
+
+    >>> def point(rate, kept):  # four requests sent 1 s apart whose TTFT grows 0 or 1 s a second
+    ...     return RatePoint("s", rate, 1.0, 4, num_ok=4, sent_s=(0, 1, 2, 3),
+    ...                      latencies=tuple((0.1 + (0 if kept else s), 1.0, 16) for s in range(4)))
+    >>> bracketing_rate([point(1, True), point(2, True)]), bracketing_rate([point(1, False), point(2, False)])
+    (4.0, 0.5)
+    >>> bracketing_rate([point(1, True), point(2, False)]) is None
+    True
+    """
+    judged = [p for p in points if p.keeps_up is not None]
+    if not judged or len({p.keeps_up for p in judged}) > 1:
+        return None
+    if judged[0].keeps_up:
+        return round(max(p.offered_rate for p in judged) * BRACKET_STEP, 3)
+    return round(min(p.offered_rate for p in judged) / BRACKET_STEP, 3)
+
+
+def _by_rate(points: list[RatePoint]) -> list[RatePoint]:
+    return sorted(points, key=lambda p: p.offered_rate)
 
 
 async def _one_rate(server: Any, label: str, rate: float, n: int, *, burstiness: float, seed: int, index: int,
