@@ -124,8 +124,11 @@ def test_a_sweep_that_missed_the_knee_is_bracketed_by_one_rate_beyond_it_and_a_b
     assert bracketing_rate([point(1.0, 1.0), point(1.5, 1.5)]) == 3.0  # all kept up: twice the highest
     assert bracketing_rate([point(1.0, 0.6), point(2.0, 0.7)]) == 0.5  # none did: half the lowest
     assert bracketing_rate([point(1.0, 1.0), point(2.0, 1.3)]) is None
-    assert bracketing_rate([point(1.0, 1.0), not_run("seqs=4", 3.0, 1.0, 20, "time bound")]) == 2.0  # judged only
     assert bracketing_rate([not_run("seqs=4", 3.0, 1.0, 20, "time bound")]) is None
+    # an end rate not judged (not run, or too few answers): what it would show is unknown, and 2x the last judged
+    # rate could repeat it
+    assert bracketing_rate([point(1.0, 1.0), point(1.5, 1.5), not_run("seqs=4", 3.0, 1.0, 20, "time bound")]) is None
+    assert bracketing_rate([point(1.0, 1.0, ok=0, latencies=()), point(2.0, 0.7), point(4.0, 0.8)]) is None
 
 
 # ----- SLOs ----------------------------------------------------------------------------------------------------

@@ -19,4 +19,4 @@ def test_a_tiny_share_of_a_gpus_pool_keeps_two_digits():
 
 
 def test_a_factor_keeps_two_significant_digits_in_any_range():
-    assert [factor(r) for r in (1.627, 1.04, 0.934, 9.96, 123.0)] == ["1.6x", "1.0x", "0.93x", "10x", "120x"]
+    assert [factor(r) for r in (1.627, 1.04, 0.934, 9.96, 123.0)] == ["1.6x", "1.0x", "0.93x", "10x", "over 100x"]

@@ -45,10 +45,12 @@ def slot_ratio_unmeasured(found: Mapping[str, Any], settings: Sequence[int]) -> 
                            "by its slots")
     if not reasons:
         return None
-    return ("; ".join(reasons) + f". Overload it: raise the last of {RATES_KNOB} in the settings cell (e.g. 2.5 "
-            "instead of 1.5) and run the lab again from section 1. A clock timed while something else used the "
-            "machine predicts too low a rate, and every rate offered is a fraction of it: each rate's load average "
-            "in the run's sweep.json says whether that happened.")
+    return ("; ".join(reasons) + f". Overload it: raise the last of {RATES_KNOB} in the settings cell (e.g. 3 "
+            "instead of 1.5: the sweep adds a rate at twice the last where every rate kept up, unless its time bound "
+            "left no room, so 1.5 went up to 3x the prediction and 3 goes up to 6x) and run the lab again from "
+            "section 1. A clock timed while something else used the machine predicts too low a rate, and every rate "
+            "offered is a fraction of it: each rate's load average in the run's sweep.json says whether that "
+            "happened.")
 
 
 def grade_slot_ratio(answer: object, found: Mapping[str, Any], settings: Sequence[int], *, name: str,

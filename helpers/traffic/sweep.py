@@ -137,7 +137,7 @@ async def sweep_rates(
         _report(quiet, describe_point(points[index]))
         extra = bracketing_rate(points) if bracket and index == len(rates) - 1 and stop_reason is None else None
         if extra is not None:
-            plan.append((extra, min(MAX_REQUESTS, _request_counts((extra,), num_requests, duration_s)[0])))
+            plan.append((extra, extra_requests(extra, num_requests, duration_s)))
             points.append(not_run(label, extra, burstiness, plan[-1][1], PENDING))
             _report(quiet, f"  {label}: {'every rate kept up' if extra > rates[-1] else 'no rate kept up'}; "
                            f"one more at {extra:g} req/s, to bracket where it stops keeping up")
@@ -151,7 +151,8 @@ async def sweep_rates(
 def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
     """The rate that brackets a sweep's knee: ``BRACKET_STEP`` times the highest rate when every rate judged
     (:attr:`RatePoint.keeps_up`) kept up, the lowest over ``BRACKET_STEP`` when none did; None when one rate
-    kept up and another did not, or when no rate was judged.
+    kept up and another did not, or when the end rate it would go past was not judged (not run, failed, or too
+    few answers: what it would have shown is unknown, and the extra rate could repeat a planned one).
 
     >>> def point(rate, kept):  # four requests sent 1 s apart whose TTFT grows 0 or 1 s a second
     ...     return RatePoint("s", rate, 1.0, 4, num_ok=4, sent_s=(0, 1, 2, 3),
@@ -164,9 +165,25 @@ def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
     judged = [p for p in points if p.keeps_up is not None]
     if not judged or len({p.keeps_up for p in judged}) > 1:
         return None
+    rates = [p.offered_rate for p in points]
     if judged[0].keeps_up:
-        return round(max(p.offered_rate for p in judged) * BRACKET_STEP, 3)
-    return round(min(p.offered_rate for p in judged) / BRACKET_STEP, 3)
+        top = max(p.offered_rate for p in judged)
+        return round(top * BRACKET_STEP, 3) if top == max(rates) else None
+    bottom = min(p.offered_rate for p in judged)
+    return round(bottom / BRACKET_STEP, 3) if bottom == min(rates) else None
+
+
+def extra_requests(rate: float, num_requests: int | None, duration_s: float | None) -> int:
+    """Requests at bracketing's extra rate: as many as each planned rate (``num_requests``), or ``duration_s`` of
+    arrivals, capped at ``MAX_REQUESTS`` where a planned rate would be refused: 20 s at 3x an H100's predicted 174
+    requests/s (64 slots) is 10,400, and the rates already measured must not be lost to a refusal.
+
+    >>> extra_requests(520.9, None, 20) == MAX_REQUESTS, extra_requests(0.1, None, 10), extra_requests(9.0, 4, None)
+    (True, 3, 4)
+    """
+    if num_requests is not None:
+        return num_requests
+    return min(MAX_REQUESTS, max(MIN_REQUESTS, round(rate * duration_s)))
 
 
 def _by_rate(points: list[RatePoint]) -> list[RatePoint]:
