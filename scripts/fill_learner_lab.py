@@ -5,7 +5,7 @@ puts the solutions in, so that running its output proves the checks accept corre
 learner's own run: the ``answer = None`` cells get, in order, the Python blocks under the
 numbered headings ("## N · ...") of ``docs/solutions/<lab>.md`` (a question with two answer
 cells has two blocks); ``send_one``, in a lab that has it (lab 1), gets ``docs/solutions/lab_client.py``;
-a prediction (``my_guess = None``) gets a number. A solution that no longer matches the notebook
+a prediction (``my_guess = None``, ``my_budget_guess = None``) gets a number or "up". A solution that no longer matches the notebook
 (a question without a solution block, a cell that moved) stops the script with what to fix.
 
 ``--both`` fills the instructor version instead (``labs/<lab>.ipynb``: every cell of the learner version, the
@@ -32,9 +32,10 @@ SOLUTIONS = ROOT / "docs" / "solutions"
 CLIENT = SOLUTIONS / "lab_client.py"
 DEFAULT_LAB = "01_concurrency_lab"
 ANSWER_CELL = re.compile(r"^answer = None\b", re.M)
-GUESS_CELL = re.compile(r"^my_guess = None\b", re.M)
+GUESS_CELL = re.compile(r"^(my_guess|my_budget_guess) = None\b", re.M)
 CLIENT_CELL = "async def send_one("
-GUESS = 5  # any positive number: a prediction is compared with the run, never graded
+# any answer of the right kind: a prediction is compared with the run, never graded
+GUESSES = {"my_guess": "5", "my_budget_guess": '"up"'}
 
 
 def labs() -> list[str]:
@@ -70,7 +71,7 @@ def filled(notebook: nbformat.NotebookNode, blocks: list[str], client: str | Non
             cell.source = re.sub(r"^answer = None.*$", lambda _: blocks[answers - 1].rstrip(), cell.source,
                                  count=1, flags=re.M)
         elif GUESS_CELL.search(cell.source):
-            cell.source = GUESS_CELL.sub(f"my_guess = {GUESS}", cell.source, count=1)
+            cell.source = GUESS_CELL.sub(lambda match: f"{match[1]} = {GUESSES[match[1]]}", cell.source, count=1)
         elif CLIENT_CELL in cell.source:
             if client is None:
                 raise SystemExit("this lab has a `send_one` cell but no client solution was given")

@@ -37,7 +37,8 @@ def test_every_answer_cell_gets_a_solution_and_a_missing_one_is_named(name):
     blocks = solution_blocks((ROOT / "docs" / "solutions" / f"{name}.md").read_text())
     notebook = filled(lab(name), blocks, CLIENT)
     code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
-    assert not re.search(r"^(answer|my_guess) = None", code, re.M)
+    assert not re.search(r"^(answer|my_guess|my_budget_guess) = None", code, re.M)
+    assert ('my_budget_guess = "up"' in code) == (name == "02_serving_real_traffic")  # section 6's prediction
     assert "raise NotImplementedError" not in code
     assert ("async def send_one" in code) == (name == "01_concurrency_lab")  # lab 2 has no client to write
     with pytest.raises(SystemExit, match="they disagree"):

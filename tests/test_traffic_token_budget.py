@@ -10,7 +10,7 @@ import pytest
 
 from helpers.errors import InvalidArgumentError
 from helpers.traffic.rates import RatePoint, not_run
-from helpers.traffic.token_budget import compare_token_budgets, describe_budgets
+from helpers.traffic.token_budget import compare_token_budgets, describe_budgets, judge_budget_guess
 
 
 @pytest.mark.parametrize("budgets, kwargs, match", [
@@ -39,3 +39,15 @@ def test_the_table_shows_each_budgets_ttft_and_itl_or_why_it_was_not_measured():
     table = describe_budgets([measured, not_run("max_num_batched_tokens=2048", 1.0, 1.0, 8, "time bound")])
     assert "1.25 /  4.00" in table and "45.0 /   80.5" in table
     assert table.splitlines()[-1].split() == ["max_num_batched_tokens=2048", "not", "run:", "time", "bound"]
+
+
+def test_a_budget_prediction_is_set_beside_the_measured_direction_and_never_graded():
+    small = RatePoint("max_num_batched_tokens=64", 1.0, 1.0, 8, ttft_p95_s=0.9)
+    default = RatePoint("max_num_batched_tokens=2048 (default)", 1.0, 1.0, 8, ttft_p95_s=1.5)
+    assert judge_budget_guess(" Down", [small, default]).startswith("You predicted down; measured: down (TTFT p95 1.50 s")
+    other = judge_budget_guess("up", [small, default])
+    assert "the other way" in other and not other.startswith(("✅", "❌", "✏️"))  # a prediction: no grade
+    assert judge_budget_guess(None, [small, default]).startswith("✏️ You made no prediction")
+    assert judge_budget_guess("higher", [small, default]).startswith('✏️ `my_budget_guess` should be "up" or "down"')
+    unmeasured = not_run("max_num_batched_tokens=64", 1.0, 1.0, 8, "time bound")
+    assert "cannot be judged on this run" in judge_budget_guess("up", [unmeasured, default])

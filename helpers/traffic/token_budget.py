@@ -28,6 +28,7 @@ from pathlib import Path
 
 from helpers import validate
 from helpers.errors import NotEnoughMemoryError, PortInUseError, ServerStartError
+from helpers.feedback import as_option
 from helpers.serve.server import start_server
 from helpers.traffic.rates import RatePoint, not_run, save_rate_sweep
 from helpers.traffic.sweep import MIN_DRAIN_S, sweep_rates
@@ -119,3 +120,31 @@ def describe_budgets(points: Sequence[RatePoint]) -> str:
             lines.append(f"{p.setting:<{width}}{p.ttft_p50_s:>9.2f} / {p.ttft_p95_s:>5.2f}"
                          f"{p.itl_p50_ms:>10.1f} / {p.itl_p95_ms:>6.1f}")
     return "\n".join(lines)
+
+
+def judge_budget_guess(guess: object, points: Sequence[RatePoint]) -> str:
+    """A prediction of which way the long prompts' TTFT p95 goes with the small budget (``"up"`` or ``"down"``),
+    set beside the measurement: no grade (the answer depends on the machine), the direction and the two figures.
+    ``points``: the small budget's first, the default's last (the lab's ``budget_points``).
+
+    >>> small = RatePoint("max_num_batched_tokens=64", 1.0, 1.0, 8, ttft_p95_s=2.0)
+    >>> default = RatePoint("max_num_batched_tokens=2048 (default)", 1.0, 1.0, 8, ttft_p95_s=1.5)
+    >>> judge_budget_guess("Up", [small, default])
+    'You predicted up; measured: up (TTFT p95 1.50 s at the default budget, 2.00 s at the small one): as you expected.'
+    >>> judge_budget_guess(None, [small, default])  # doctest: +ELLIPSIS
+    '✏️ You made no prediction: set `my_budget_guess` above ("up" or "down") before you look. Measured: up ...'
+    """
+    small, default = points[0], points[-1]
+    if small.ttft_p95_s is None or default.ttft_p95_s is None:
+        return "Your prediction cannot be judged on this run: a budget was not measured (the table says why)."
+    went = "up" if small.ttft_p95_s > default.ttft_p95_s else "down"
+    measured = (f"{went} (TTFT p95 {default.ttft_p95_s:.2f} s at the default budget, {small.ttft_p95_s:.2f} s at "
+                "the small one)")
+    if guess is None:
+        return (f'✏️ You made no prediction: set `my_budget_guess` above ("up" or "down") before you look. '
+                f"Measured: {measured}.")
+    choice = as_option(guess, ("up", "down"))
+    if choice not in ("up", "down"):
+        return f'✏️ `my_budget_guess` should be "up" or "down"; got {guess!r}. Measured: {measured}.'
+    return f"You predicted {choice}; measured: {measured}: " + ("as you expected." if choice == went else
+                                                               "the other way from your prediction.")

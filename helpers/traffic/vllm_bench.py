@@ -9,7 +9,7 @@ course draws its gaps as the tool does, so a sweep's rate run with seed S and th
 are summarized by the course's own code into a :class:`~helpers.traffic.rates.RatePoint`, so both
 columns follow one set of definitions; vLLM's own aggregates stand beside them under the names its
 report prints. Same arrivals are not the same run: the server meets each in another state (the
-sweep's first rate on a fresh server, the tool's after the overloaded ones).
+sweep's first rate, usually, on a fresh server, the tool's after the overloaded ones).
 scripts/bench_vs_vllm.py is the controlled comparison (alternating pairs, hundreds of requests),
 whose results are recorded in ``results/``.
 """
