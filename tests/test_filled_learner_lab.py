@@ -75,7 +75,7 @@ def verdict_lines(outputs: dict[str, str]) -> list[str]:
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_the_filled_lab_passes_every_check_on_its_own_run():
     outputs, marks = run_filled("01_concurrency_lab")
-    assert marks == ["✏️", "✅"] * 9, verdict_lines(outputs)  # the nine answer cells of questions 1-8, each twice
+    assert marks == ["✏️", "✅"] * 11, verdict_lines(outputs)  # the eleven answer cells of questions 1-8, each twice
     assert "Your client measures what happened" in outputs["your-client-check"], outputs["your-client-check"]
     assert re.search(r"a generate\(\) loop took .* the throughput", outputs["naive-run"])
 
