@@ -481,3 +481,11 @@ def test_the_startup_comparison_names_the_cap_the_notebook_read_or_says_it_was_v
     compiled.max_num_seqs = None
     compiled.run = replace(compiled.run, server=replace(compiled.run.server, max_num_seqs=None))
     assert compare_startup(compiled, 99.0, eager, 46.0).load.endswith("max_num_seqs: vLLM's default")
+
+
+def test_the_70b_shapes_bf16_weights_do_not_fit_vllms_default_share_of_one_h200():
+    from helpers.tuning.exercises import grade_70b_fits_h200
+
+    verdict = grade_70b_fits_h200(" No")
+    assert verdict.ok is True and "131.4 GiB" in verdict.message and "129.2 GiB" in verdict.message
+    assert grade_70b_fits_h200("yes").ok is False and grade_70b_fits_h200(None).ok is None

@@ -7,7 +7,8 @@ A router picks a replica for every request. Two of vllm-router's policies, side 
   the prompt once before its prefix cache can serve it;
 - **cache aware** remembers (in a tree of prompt text) which replica saw which prompts, and
   sends a request to the replica holding the longest match, unless the replicas' loads are too
-  uneven; a new prompt goes to the replica with the least cached text.
+  uneven; a prompt without a match above its threshold goes to the replica with the fewest requests
+  in flight (the first on a tie), as vllm-router 0.1.17's ``cache_aware.rs`` does.
 
 :func:`prefix_finders` counts, on paper, the requests that find their group's prompt already in
 their replica's cache when the requests go one at a time, group by group (as

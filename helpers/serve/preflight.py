@@ -70,7 +70,8 @@ def check_device_options(config: ServerConfig, device: Device) -> None:
         # Measured: vLLM 0.32's CPU build starts loading, then dies in a kernel it lacks.
         raise NoGPUError(
             f"quantization={config.quantization!r} needs an NVIDIA GPU: vLLM's CPU build has "
-            "no FP8 kernels. Drop the option on CPU, or run on a GPU."
+            "no FP8 weight (linear-layer) kernels; an FP8 KV cache (kv_cache_dtype) is a separate setting. Drop "
+            "the option on CPU, or run on a GPU."
         )
 
 

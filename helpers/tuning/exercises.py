@@ -52,8 +52,8 @@ def grade_hits_per_request(answer: Any, measurement: Any) -> Feedback:
     first) over its requests."""
     requests = max(measurement.summary.num_requests, 1)
     return grade_number(answer, measurement.prefix_cache_hits / requests, name="cached prompt tokens per request",
-                        rel_tol=0.01, hint="prefix_cache_hits of the last sample minus the first, over the run's "
-                                           "requests: len(prefix_on.run.records).",
+                        rel_tol=0.01, hint="the counter counts from the server's start: what did this run add? "
+                                           "Then share it among the run's requests.",
                         audit_since=made_in(measurement.run.records))  # numbers shown before the run are not its own
 
 
@@ -76,6 +76,22 @@ def grade_fp8_weight_gib(answer: Any) -> Feedback:
     return grade_number(answer, count_parameters(LLAMA_31_70B) * BYTES_PER_WEIGHT["fp8"] / GIB,
                         name="FP8 weights of a 70B model", rel_tol=0.01,
                         hint="parameters x 1 byte, divided by 2**30 bytes per GiB.")
+
+
+H200_GIB = 143_771 / 1024  # an H200's memory as nvidia-smi reports it (143,771 MiB), sold as "141 GB"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM's default --gpu-memory-utilization
+
+
+def grade_70b_fits_h200(answer: Any) -> Feedback:
+    """Whether Llama-3.1-70B's bf16 weights fit the share of one H200 vLLM takes by default: "yes" or "no"."""
+    weights = count_parameters(LLAMA_31_70B) * BYTES_PER_WEIGHT["bf16"] / GIB
+    share = DEFAULT_GPU_MEMORY_UTILIZATION * H200_GIB
+    fits = weights <= share
+    return grade_choice(answer, "yes" if fits else "no", name="70B in bf16 on one H200", options=("yes", "no"),
+                        why=f"{weights:.1f} GiB of bf16 weights against {DEFAULT_GPU_MEMORY_UTILIZATION} x "
+                            f"{H200_GIB:.1f} GiB = {share:.1f} GiB that vLLM takes by default"
+                            + (", before activations and any KV cache." if fits else
+                               ": they do not fit even before activations and the KV cache."))
 
 
 def grade_first_lever(answer: Any) -> Feedback:
@@ -104,6 +120,10 @@ def check_fp8_tokens(answer: Any, pool_bytes: int, bf16_bytes_per_token: int, bl
 
 def check_fp8_weight_gib(answer: Any) -> None:
     show(graded(grade_fp8_weight_gib, answer))
+
+
+def check_70b_fits_h200(answer: Any) -> None:
+    show(graded(grade_70b_fits_h200, answer))
 
 
 def check_first_lever(answer: Any) -> None:
