@@ -112,8 +112,10 @@ def as_option(answer: object, options: tuple[str, ...], spelled: Callable[[str],
     return next((o for o in options if isinstance(o, str) and spelled(o) == spelled(answer)), answer)
 
 
-def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str, ...], why: str = "") -> Feedback:
-    """A multiple-choice answer (one of ``options``); the verdict gives the reason when right.
+def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str, ...], why: str = "",
+                 hint: str = "Look again at the numbers above.") -> Feedback:
+    """A multiple-choice answer (one of ``options``); the verdict gives the reason when right, ``hint`` when not
+    (a question about no printed numbers passes one that leads without answering).
 
     >>> print(grade_choice("b", "a", name="q", options=("a", "b")))
     ❌ q: not this one. Look again at the numbers above.
@@ -128,7 +130,7 @@ def grade_choice(answer: object, expected: str, *, name: str, options: tuple[str
         return Feedback(False, f"{name}: {answer!r} is not one of {listed}.")
     if answer == expected:
         return Feedback(True, f"{name}: correct." + (f" {why}" if why else ""))
-    return Feedback(False, f"{name}: not this one. Look again at the numbers above.")
+    return Feedback(False, f"{name}: not this one. {hint}")
 
 
 class Hints:
