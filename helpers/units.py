@@ -49,7 +49,6 @@ def share(fraction: float) -> str:
     return f"{percent:.{decimals}f}%"
 
 
-
 def factor(ratio: float) -> str:
     """A rough factor, to two significant digits, written as one ("1.6x"); from 100 on, "over 100x". Three digits
     would read as a measured ratio: a lab's diagnosis prints several of these, and one of them at three digits can

@@ -121,8 +121,9 @@ def time_to_run(notebook: str) -> str:
         (_, seconds, copy, machine), *others = sorted(gpu, key=lambda run: run[0] != DEFAULT_MODEL)
         older = "an earlier version of its code"
         notes = [_day_of(copy), *([older] if _ran_older_code(copy) else [])]
-        notes += [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}" + (f" on {gpu_named(on)}" if on != machine else "")
-                  + (f", {older}" if _ran_older_code(other) else "") for model, more, other, on in others]
+        notes += [f"{_seconds(more)} on {GPU_MODELS.get(model, model)}"
+                  + (f" on {gpu_named(on)}" if on != machine else "") + (f", {older}" if _ran_older_code(other) else "")
+                  for model, more, other, on in others]
         parts.append(f"{_seconds(seconds)} on {gpu_named(machine)} ({'; '.join(notes)})")
     if not parts:
         return f"{LEAD} not timed yet."

@@ -5,8 +5,9 @@ puts the solutions in, so that running its output proves the checks accept corre
 learner's own run: the ``answer = None`` cells get, in order, the Python blocks under the
 numbered headings ("## N · ...") of ``docs/solutions/<lab>.md`` (a question with two answer
 cells has two blocks); ``send_one``, in a lab that has it (lab 1), gets ``docs/solutions/lab_client.py``;
-a prediction (``my_guess = None``, ``my_budget_guess = None``) gets a number or "up". A solution that no longer matches the notebook
-(a question without a solution block, a cell that moved) stops the script with what to fix.
+a prediction (``my_guess = None``, ``my_budget_guess = None``) gets a number or "up". A solution that no
+longer matches the notebook (a question without a solution block, a cell that moved) stops the script with
+what to fix.
 
 ``--both`` fills the instructor version instead (``labs/<lab>.ipynb``: every cell of the learner version, the
 same code, plus the cells tagged ``instructor``) and keeps each answer cell as the learner finds it, unanswered,

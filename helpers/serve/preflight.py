@@ -194,8 +194,8 @@ def pick_port(host: str, port: int | None, *, first: int = FIRST_PORT, skip: Con
         if candidate not in skip and candidate not in _RESERVED and port_free(host, candidate, strict=True):
             return candidate
     raise PortInUseError(f"Ports {first}-{first + 99} are all in use on {host} (often by {kind}s from earlier "
-                         f"kernels). Stop those (stop_all_{kind}s() in the kernel that started them, or restart that kernel), "
-                         "or pass port=... with a port you know is free.")
+                         f"kernels). Stop those (stop_all_{kind}s() in the kernel that started them, or restart "
+                         "that kernel), or pass port=... with a port you know is free.")
 
 
 @contextmanager

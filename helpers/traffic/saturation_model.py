@@ -267,8 +267,9 @@ def explain_saturation_gap(measured_rate_per_s: float, model: StepTimeModel, max
         part = share * request_s
         factors[term] = (part + missing) / part if part > 0 and part + missing > 0 else None
     able = sorted((t for t in TERMS if factors[t] is not None), key=lambda t: abs(math.log(factors[t])))
-    changes = [f"{t} {'would have to be ' * (i == 0)}{units.factor(factors[t])} ({units.duration(getattr(model, t))} -> "
-               f"{units.duration(getattr(model, t) * factors[t])})" for i, t in enumerate(able)]
+    changes = [f"{t} {'would have to be ' * (i == 0)}{units.factor(factors[t])} "
+               f"({units.duration(getattr(model, t))} -> {units.duration(getattr(model, t) * factors[t])})"
+               for i, t in enumerate(able)]
     unable = [f"{t} cannot ({'it is 0 in the model' if getattr(model, t) == 0 else 'it would have to be negative'})"
               for t in TERMS if factors[t] is None]
     off = measured / capacity.rate_per_s - 1

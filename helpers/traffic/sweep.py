@@ -143,9 +143,10 @@ async def sweep_rates(
                            f"one more at {extra:g} req/s, to bracket where it stops keeping up")
         if out_path is not None:
             save_rate_sweep(_by_rate(points), out_path, **about)
+    points = _by_rate(points)
     if out_path is not None:
-        save_rate_sweep(_by_rate(points), out_path, **about)
-    return _by_rate(points)
+        save_rate_sweep(points, out_path, **about)
+    return points
 
 
 def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
@@ -181,9 +182,12 @@ def extra_requests(rate: float, num_requests: int | None, duration_s: float | No
     >>> extra_requests(520.9, None, 20) == MAX_REQUESTS, extra_requests(0.1, None, 10), extra_requests(9.0, 4, None)
     (True, 3, 4)
     """
-    if num_requests is not None:
-        return num_requests
-    return min(MAX_REQUESTS, max(MIN_REQUESTS, round(rate * duration_s)))
+    return num_requests if num_requests is not None else min(MAX_REQUESTS, _arrivals_in(duration_s, rate))
+
+
+def _arrivals_in(duration_s: float, rate: float) -> int:
+    """Requests in ``duration_s`` seconds of arrivals at ``rate``, at least ``MIN_REQUESTS``."""
+    return max(MIN_REQUESTS, round(rate * duration_s))
 
 
 def _by_rate(points: list[RatePoint]) -> list[RatePoint]:
@@ -278,7 +282,7 @@ def _request_counts(rates: tuple[float, ...], num_requests: Any, duration_s: Any
         counts = [n] * len(rates)
     else:
         duration_s = validate.positive_number(duration_s, "duration_s", unit="seconds")
-        counts = [max(MIN_REQUESTS, round(rate * duration_s)) for rate in rates]
+        counts = [_arrivals_in(duration_s, rate) for rate in rates]
     if max(counts) > MAX_REQUESTS:
         raise validate.InvalidArgumentError(
             f"{max(counts):,} requests at one rate is more than the sweep's bound of {MAX_REQUESTS:,}; "

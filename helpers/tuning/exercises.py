@@ -23,6 +23,7 @@ from typing import Any
 from helpers.answer_audit import made_in
 from helpers.feedback import Feedback, grade_choice, grade_number, graded, show
 from helpers.paged.kv_math import tokens_that_fit
+from helpers.serve.preflight import VLLM_GPU_MEMORY_UTILIZATION
 from helpers.tuning.arithmetic import (
     BYTES_PER_WEIGHT,
     GIB,
@@ -79,16 +80,15 @@ def grade_fp8_weight_gib(answer: Any) -> Feedback:
 
 
 H200_GIB = 143_771 / 1024  # an H200's memory as nvidia-smi reports it (143,771 MiB), sold as "141 GB"
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM's default --gpu-memory-utilization
 
 
 def grade_70b_fits_h200(answer: Any) -> Feedback:
     """Whether Llama-3.1-70B's bf16 weights fit the share of one H200 vLLM takes by default: "yes" or "no"."""
     weights = count_parameters(LLAMA_31_70B) * BYTES_PER_WEIGHT["bf16"] / GIB
-    share = DEFAULT_GPU_MEMORY_UTILIZATION * H200_GIB
+    share = VLLM_GPU_MEMORY_UTILIZATION * H200_GIB
     fits = weights <= share
     return grade_choice(answer, "yes" if fits else "no", name="70B in bf16 on one H200", options=("yes", "no"),
-                        why=f"{weights:.1f} GiB of bf16 weights against {DEFAULT_GPU_MEMORY_UTILIZATION} x "
+                        why=f"{weights:.1f} GiB of bf16 weights against {VLLM_GPU_MEMORY_UTILIZATION} x "
                             f"{H200_GIB:.1f} GiB = {share:.1f} GiB that vLLM takes by default"
                             + (", before activations and any KV cache." if fits else
                                ": they do not fit even before activations and the KV cache."))
