@@ -68,7 +68,7 @@ def test_every_captured_file_reads_as_records_that_agree_with_vllms_own_numbers(
 def test_the_shared_026_capture_reads_without_latencies():
     result = json.loads(SHARED_026.read_text())  # cut to 20 requests: its aggregates are of all 200
     read = read_bench_result(result)
-    assert read.layout == "0.26 (no latencies)" and "latencies" not in result
+    assert read.layout == "0.26 layout (end-to-end = TTFT + ITLs)" and "latencies" not in result
     assert len(read.records) == len(result["ttfts"]) == 20
     first = read.records[0]
     assert first.e2e_s == pytest.approx(result["ttfts"][0] + sum(result["itls"][0]))

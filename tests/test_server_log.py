@@ -94,6 +94,16 @@ def test_start_up_milestones_are_recognised_in_order():
     assert labels.index("loading weights") < labels.index("KV cache: 93,184 tokens")
 
 
+def test_a_gpu_start_up_has_its_worker_start_apart_from_its_weights():
+    # vLLM 0.26's GPU runner says "Loading model from scratch", not the CPU runner's "Starting to load model": without
+    # it the worker's start was counted as loading weights (notebook 01 on an H100 printed "weights 2.5 s" beside
+    # "weights loaded in 0.06 s")
+    text = (LOGS / "ready_gpu.log").read_text()
+    labels = [label for line in text.splitlines() if (label := milestone(line))]
+    assert labels.index("engine process started") < labels.index("loading weights") < next(
+        index for index, label in enumerate(labels) if label.startswith("weights loaded"))
+
+
 def test_tail_keeps_the_last_lines():
     assert tail("a\nb\nc\n", 2) == "b\nc"
 

@@ -105,7 +105,7 @@ def test_each_factor_alone_turns_the_paper_rate_into_the_measured_one(measured_v
         if factor is not None:
             changed = replace(model, **{term: getattr(model, term) * factor})
             assert saturation_capacity(changed, 8).rate_per_s == pytest.approx(measured)
-    assert ("lower" if measured_vs_paper < 1 else "higher") in gap.sentence
+    assert ("below" if measured_vs_paper < 1 else "above") in gap.sentence
 
 
 def test_a_term_that_is_zero_or_would_turn_negative_cannot_explain_the_gap():

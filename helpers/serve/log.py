@@ -108,7 +108,7 @@ MILESTONES: tuple[tuple[str, str], ...] = (
     (r"non-default args", "configuration read"),
     (r"Resolved architecture: (?P<arch>\S+)", "model architecture: {arch}"),
     (r"Initializing a V1 LLM engine", "engine process started"),
-    (r"Starting to load model", "loading weights"),
+    (r"Starting to load model|Loading model from scratch", "loading weights"),  # the CPU runner's words, the GPU's
     (r"Loading weights took (?P<secs>[\d.]+) seconds", "weights loaded in {secs} s"),
     (r"(?:CPU|GPU) KV cache size: (?P<tokens>[\d,]+) tokens", "KV cache: {tokens} tokens"),
     (r"torch\.compile takes|Compiling a graph", "compiling the model (torch.compile)"),

@@ -47,7 +47,7 @@ def read_bench_result(result: Mapping[str, Any]) -> BenchRead:
     >>> read = read_bench_result({"start_times": [5.0, 5.5], "ttfts": [0.5, 0.25], "itls": [[0.25], [0.25]],
     ...                           "output_lens": [2, 2], "errors": ["", ""], "duration": 1.0})
     >>> read.layout, [r.e2e_s for r in read.records], read.sources["e2e"]
-    ('0.26 (no latencies)', [0.75, 0.5], 'ttfts + sum(itls), per request')
+    ('0.26 layout (end-to-end = TTFT + ITLs)', [0.75, 0.5], 'ttfts + sum(itls), per request')
     """
     reported = {key: result.get(key) for key in REPORTED}
     if not all(key in result for key in PER_REQUEST):
@@ -76,7 +76,9 @@ def read_bench_result(result: Mapping[str, Any]) -> BenchRead:
                "output tokens": "output_lens, per request", "errors": "errors, per request",
                "e2e": "latencies, per request" if has_latencies else "ttfts + sum(itls), per request",
                "wall": "first start_time to last request end, from those"}
-    return BenchRead("0.32 (latencies)" if has_latencies else "0.26 (no latencies)", records, sources, reported)
+    # 0.26's file lists no end-to-end latencies of its own: they are rebuilt from its TTFTs and ITLs
+    layout = "0.32 layout (its own end-to-end latencies)" if has_latencies else "0.26 layout (end-to-end = TTFT + ITLs)"
+    return BenchRead(layout, records, sources, reported)
 
 
 def sharegpt_prompts(workload: Any) -> list[dict[str, Any]]:

@@ -254,7 +254,7 @@ def explain_saturation_gap(measured_rate_per_s: float, model: StepTimeModel, max
     >>> round(gap.factors["overhead_s"], 3), round(gap.factors["decode_seq_s"], 3), gap.factors["prefill_token_s"]
     (1.364, 1.4, None)
     >>> gap.sentence
-    'measured 40 requests/s, the model predicts 47.6 (16% lower); to match, overhead_s would have to be 1.4x (10.0 ms -> 13.6 ms), or decode_seq_s 1.4x (1.00 ms -> 1.40 ms); prefill_token_s cannot (it is 0 in the model)'
+    'measured 40 requests/s, 16% below the 47.6 the step clock gives on paper (its three terms summed); to match, overhead_s would have to be 1.4x (10.0 ms -> 13.6 ms), or decode_seq_s 1.4x (1.00 ms -> 1.40 ms); prefill_token_s cannot (it is 0 in the model)'
     """
     measured = validate.positive_number(measured_rate_per_s, "measured_rate_per_s",
                                         hint="It is the measured saturation rate in requests per second (e.g. "
@@ -273,8 +273,9 @@ def explain_saturation_gap(measured_rate_per_s: float, model: StepTimeModel, max
     unable = [f"{t} cannot ({'it is 0 in the model' if getattr(model, t) == 0 else 'it would have to be negative'})"
               for t in TERMS if factors[t] is None]
     off = measured / capacity.rate_per_s - 1
-    sentence = (f"measured {measured:.3g} requests/s, the model predicts {capacity.rate_per_s:.3g} "
-                f"({units.share(abs(off))} {'lower' if off < 0 else 'higher'})")
+    # the closed form, not the simulation the lab prints as its prediction: the two differ by a few percent
+    sentence = (f"measured {measured:.3g} requests/s, {units.share(abs(off))} {'below' if off < 0 else 'above'} "
+                f"the {capacity.rate_per_s:.3g} the step clock gives on paper (its three terms summed)")
     if changes:
         sentence += "; to match, " + ", or ".join(changes)
     if unable:

@@ -61,7 +61,7 @@ class BenchPoint:
 
     point: RatePoint
     reported: dict[str, Any]  # vLLM's aggregates (helpers.traffic.bench_file.REPORTED), None where absent
-    layout: str  # which result file layout was read ("0.32 (latencies)", "0.26 (no latencies)")
+    layout: str  # which result file layout was read: "0.32 layout (...)" or "0.26 layout (...)"
     tool_s: float  # the tool's whole run, its imports included
     result_path: Path
 
