@@ -185,7 +185,9 @@ def test_poller_samples_several_times_a_second_skips_failed_scrapes_and_stops_wi
     assert result == "done"
     assert 3 <= len(samples) <= 8  # about 7 ticks, every third answered 500 and skipped
     assert [s.t_s for s in samples] == sorted(s.t_s for s in samples)
-    assert samples[-1].t_s < 1.0  # it stopped with the load, not at max_duration_s
+    # it stopped with the 0.65 s load (one last scrape after it), where without the stop it would poll on: 1.0 s was
+    # once missed by 47 ms on a slower 2-core Xeon, so the bound leaves the last scrape room
+    assert samples[-1].t_s < 2.0
 
 
 def test_poller_stops_at_its_time_limit_without_a_stop_signal_and_says_so(fake_server):
