@@ -76,8 +76,7 @@ def test_kv_cache_report_of_a_gpu_server_takes_the_pool_bytes_from_the_workers_l
 
 
 def test_gpu_start_up_milestones_include_compilation_and_cuda_graphs():
-    text = (LOGS / "ready_gpu_dummy_8b.log").read_text()
-    labels = [label for line in text.splitlines() if (label := milestone(line))]
+    labels = _milestones("ready_gpu_dummy_8b.log")
     assert "compiling the model (torch.compile)" in labels and "CUDA graphs captured" in labels
 
 
@@ -86,8 +85,7 @@ def test_kv_cache_report_is_none_before_the_engine_profiled_memory():
 
 
 def test_start_up_milestones_are_recognised_in_order():
-    text = (LOGS / "ready_cpu.log").read_text()
-    labels = [label for line in text.splitlines() if (label := milestone(line))]
+    labels = _milestones("ready_cpu.log")
     assert labels[0] == "configuration read"
     assert "KV cache: 93,184 tokens" in labels
     assert labels[-1] == "HTTP server starting on http://127.0.0.1:8123"
@@ -98,10 +96,14 @@ def test_a_gpu_start_up_has_its_worker_start_apart_from_its_weights():
     # vLLM 0.26's GPU runner says "Loading model from scratch", not the CPU runner's "Starting to load model": without
     # it the worker's start was counted as loading weights (notebook 01 on an H100 printed "weights 2.5 s" beside
     # "weights loaded in 0.06 s")
-    text = (LOGS / "ready_gpu.log").read_text()
-    labels = [label for line in text.splitlines() if (label := milestone(line))]
+    labels = _milestones("ready_gpu.log")
     assert labels.index("engine process started") < labels.index("loading weights") < next(
         index for index, label in enumerate(labels) if label.startswith("weights loaded"))
+
+
+def _milestones(log_name: str) -> list[str]:
+    """The start-up milestones a captured log shows, in order."""
+    return [label for line in (LOGS / log_name).read_text().splitlines() if (label := milestone(line))]
 
 
 def test_tail_keeps_the_last_lines():
