@@ -65,3 +65,7 @@ class ServerStartError(CourseError):
 
 class StartupTimeoutError(ServerStartError):
     """The server was still not ready when the start-up time ran out."""
+
+
+# A start that may fail on a shared machine: what a caller that can go on without the server catches.
+START_ERRORS = (ServerStartError, PortInUseError, NotEnoughMemoryError)

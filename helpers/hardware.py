@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -244,8 +245,8 @@ def describe_machine() -> str:
 VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
-def other_vllm_servers(exclude_pid: int | None = None) -> int:
-    """vLLM API servers running on this machine, except the one with ``exclude_pid``.
+def other_vllm_servers(exclude_pid: int | None = None, exclude_pids: Collection[int] = ()) -> int:
+    """vLLM API servers running on this machine, except the one with ``exclude_pid`` and those in ``exclude_pids``.
 
     On a shared machine each one competes for the same cores and distorts any timing, so
     the timing notebooks, the sweep and the benchmarks count them and say so.
@@ -254,6 +255,7 @@ def other_vllm_servers(exclude_pid: int | None = None) -> int:
 
     count = 0
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.info["pid"] != exclude_pid and VLLM_SERVER_MODULE in (proc.info["cmdline"] or []):
+        if proc.info["pid"] != exclude_pid and proc.info["pid"] not in exclude_pids \
+                and VLLM_SERVER_MODULE in (proc.info["cmdline"] or []):
             count += 1
     return count

@@ -1,4 +1,4 @@
-"""What starting two servers together saves: lab 1's two servers started one after the other, then together.
+"""What starting servers together saves: lab 1's two servers started one after the other, then together.
 
 ``helpers.serve.together.start_together`` launches several servers at once on a CPU. This script starts lab 1's
 two servers (``max_num_seqs`` 8 and 64, each with the KV pool ``helpers.lab.side_by_side.lab_kv_gib`` gives
@@ -7,6 +7,10 @@ records the wall time until both are ready and each server's own ``startup_secon
 them with the machine to ``--out`` (default ``build/start_together.json``); committed runs are in ``results/cpu/``:
 
     .venv/bin/python scripts/bench_start_together.py --out results/cpu/start_together-DATE.json
+
+``--servers 3`` adds a third (``max_num_seqs`` 2), as lab 2 starts its three on a CPU, and ``--kv-gib`` gives every
+server another pool (lab 2's 0.5 GiB; notebook 05's pairs have the course's default, 2 GiB). ``--blocks 0`` leaves
+out the check below.
 
 Then it checks what lab 1 assumes when its two servers are up at once: that the idle one costs the measured one
 nothing. On the 8-slot server it runs lab-sized loads (50 requests, ``--output-tokens`` each) in blocks of two, with
@@ -39,11 +43,12 @@ from helpers.serve.server import VLLMServer, start_server
 from helpers.serve.together import start_together
 
 SETTINGS = (8, 64)
+THIRD = 2  # max_num_seqs of a third server (--servers 3): lab 2's smaller setting on a CPU
 
 
-def both(together: bool, pool_gib: float) -> dict:
-    """Start lab 1's two servers one way, stop them; the wall time until both were ready and each one's start."""
-    servers = [VLLMServer(max_num_seqs=n, kv_cache_space_gib=pool_gib) for n in SETTINGS]
+def start_all(together: bool, pool_gib: float, count: int = 2) -> dict:
+    """Start ``count`` servers one way, stop them; the wall time until all were ready and each one's start."""
+    servers = [VLLMServer(max_num_seqs=n, kv_cache_space_gib=pool_gib) for n in (*SETTINGS, THIRD)[:count]]
     began = time.monotonic()
     try:
         if together:
@@ -91,32 +96,37 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="pairs of starts each way, the ways alternating")
     parser.add_argument("--blocks", type=int, default=3, help="pairs of blocks (alone, beside) in the idle-neighbour check")
     parser.add_argument("--output-tokens", type=int, default=56, help="per request, in the idle-neighbour check")
+    parser.add_argument("--servers", type=int, default=2, choices=(2, 3), help="servers started each way")
+    parser.add_argument("--kv-gib", type=float, default=None, help="every server's KV pool (default: lab 1's)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    if min(args.rounds, args.blocks, args.output_tokens) < 1:
-        parser.error("--rounds, --blocks and --output-tokens take at least 1")
+    if min(args.rounds, args.output_tokens) < 1 or args.blocks < 0:
+        parser.error("--rounds and --output-tokens take at least 1, --blocks at least 0")
     out = args.out or build_dir() / "start_together.json"
     machine = describe_machine()
-    pool_gib = lab_kv_gib(SweepPlan(2, 50, LAB_OUTPUT_TOKENS["cpu"]))
-    print(f"{machine}: lab 1's servers {SETTINGS}, {pool_gib:g} GiB of KV pool each, {args.rounds} rounds", flush=True)
+    pool_gib = args.kv_gib or lab_kv_gib(SweepPlan(2, 50, LAB_OUTPUT_TOKENS["cpu"]))
+    settings = (*SETTINGS, THIRD)[:args.servers]
+    print(f"{machine}: servers {settings}, {pool_gib:g} GiB of KV pool each, {args.rounds} rounds", flush=True)
     starts = []
     for round_index in range(args.rounds):
         for together in ((False, True) if round_index % 2 == 0 else (True, False)):
-            starts.append(both(together, pool_gib))
+            starts.append(start_all(together, pool_gib, args.servers))
             way = "together" if together else "one after the other"
-            print(f"  round {round_index + 1}, {way}: both ready in {starts[-1]['both_ready_s']} s "
+            print(f"  round {round_index + 1}, {way}: all ready in {starts[-1]['both_ready_s']} s "
                   f"(each {starts[-1]['startup_s']} s)", flush=True)
     medians = {way: round(statistics.median(s["both_ready_s"] for s in starts if s["together"] == (way == "together")), 1)
                for way in ("one after the other", "together")}
     saved = medians["one after the other"] - medians["together"]
-    print(f"\nboth ready (median): one after the other {medians['one after the other']} s, together "
+    print(f"\nall ready (median): one after the other {medians['one after the other']} s, together "
           f"{medians['together']} s: {saved:.1f} s saved ({saved / medians['one after the other']:.0%})")
-    print("the 8-slot server's load, alone and beside the 64-slot server up and idle:", flush=True)
-    neighbour = asyncio.run(idle_neighbour(args.blocks, pool_gib, args.output_tokens))
-    for way, values in neighbour["output_tok_per_s"].items():
-        print(f"  {way}: median {statistics.median(values):.1f} output tok/s ({', '.join(map(str, values))})")
+    neighbour = None
+    if args.blocks:
+        print("the 8-slot server's load, alone and beside the 64-slot server up and idle:", flush=True)
+        neighbour = asyncio.run(idle_neighbour(args.blocks, pool_gib, args.output_tokens))
+        for way, values in neighbour["output_tok_per_s"].items():
+            print(f"  {way}: median {statistics.median(values):.1f} output tok/s ({', '.join(map(str, values))})")
     result = {"machine": machine, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "servers": {"max_num_seqs": list(SETTINGS), "kv_cache_space_gib": pool_gib,
+              "servers": {"max_num_seqs": list(settings), "kv_cache_space_gib": pool_gib,
                           "model": "the course's default"},
               "median_both_ready_s": medians, "starts": starts, "idle_neighbour": neighbour}
     out.parent.mkdir(parents=True, exist_ok=True)

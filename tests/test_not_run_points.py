@@ -131,7 +131,7 @@ def fake_sweep(monkeypatch):
     monkeypatch.setattr(side_by_side, "detect_device", lambda: "cpu")
     monkeypatch.setattr(sweep, "build_workload", build)
     monkeypatch.setattr(sweep, "run_load_test", load)
-    monkeypatch.setattr(sweep, "other_vllm_servers", lambda: 0)
+    monkeypatch.setattr(sweep, "other_vllm_servers", lambda **exclude: 0)
     monkeypatch.setattr(sweep, "RETRY_WAIT_S", 0)
     plan.log = log
     return plan
@@ -328,7 +328,7 @@ def test_measure_marks_a_run_the_server_died_in(monkeypatch, capsys):
         return CUT.run, CUT.samples
 
     monkeypatch.setattr(tuning_measure, "watch", watch)
-    monkeypatch.setattr(tuning_measure, "other_vllm_servers", lambda exclude_pid=None: 0)
+    monkeypatch.setattr(tuning_measure, "other_vllm_servers", lambda **exclude: 0)
     workload = Workload(requests=(), prompt_lens=(16,), output_tokens=8, seed=0, run_tag="t")
     m = asyncio.run(tuning_measure.measure(server, workload, lever="max_num_seqs", setting="64", progress=False))
     assert m.failure == DIED and m.run is CUT.run

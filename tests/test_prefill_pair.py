@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import helpers.batching.measure
+import helpers.serve.ahead
 import helpers.serve.server
 from helpers.batching.fit_plan import DEFAULT_PREFILL_PAIR, choose_prefill_pair, prefill_pair_for
 from helpers.serve.cuda_graphs import cuda_graph_tokens
@@ -118,13 +119,20 @@ def clock_cell_times(server: _Server, settings: tuple[int, int], monkeypatch) ->
         asked.update(bound.arguments)
         raise _ClockTimed
 
+    ahead = []
     monkeypatch.setattr(helpers.serve.server, "start_server", start_server)
+    monkeypatch.setattr(helpers.serve.ahead, "start_ahead", lambda servers: ahead.append(servers))
     monkeypatch.setattr(helpers.batching.measure, "measure_step_times", measure_step_times)
     code = compile(source, "lab 2's clock cell", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    lab_globals = {"SETTINGS": settings, "DECODE_BATCHES": (1, 8), "OUTPUT_TOKENS": 16, "BURSTINESS": 1.0}
+    lab_globals = {"SETTINGS": settings, "DECODE_BATCHES": (1, 8), "OUTPUT_TOKENS": 16, "BURSTINESS": 1.0,
+                   "POOL": {}, "SMALL_BUDGET": 64}
     with pytest.raises(_ClockTimed):
         asyncio.run(eval(code, lab_globals))  # the course's own cell, awaited as Jupyter would
     assert started == [{"max_num_seqs": settings[-1]}] and asked["server"] is server
+    # the servers of sections 3 and 6 asked for ahead: the first is the one this cell starts
+    assert [list(servers) for servers in ahead] == [[f"max_num_seqs={settings[-1]}", f"max_num_seqs={settings[0]}",
+                                                      "small token budget"]]
+    assert list(ahead[0].values())[0] == started[0]
     return asked
 
 

@@ -85,7 +85,9 @@ def test_notebook_05s_fp8_kv_server_starts_only_where_fp8_kv_refusal_says_none()
     cell = notebook_cell("f457f37c")
     refusal = assigned(cell, "FP8_KV_REFUSAL")
     assert isinstance(refusal, ast.Call) and ast.unparse(refusal.func) == "fp8_kv_refusal"
-    fp8_starts = [c for c in calls_of(cell, "start_server") if "'--kv-cache-dtype'" in ast.unparse(c)]
+    settings = assigned(cell, "fp8_settings")  # the FP8 server's settings, named: start_ahead takes them too
+    assert settings is not None and "('--kv-cache-dtype', 'fp8')" in ast.unparse(settings)
+    fp8_starts = [c for c in calls_of(cell, "start_server") if "fp8_settings" in ast.unparse(c)]
     assert len(fp8_starts) == 1, "one server with --kv-cache-dtype fp8"
     guards = [node for node in ast.walk(cell) if isinstance(node, ast.If)
               and ast.unparse(node.test) in ("FP8_KV_REFUSAL is None", "FP8_KV_REFUSAL is not None")]
@@ -93,7 +95,8 @@ def test_notebook_05s_fp8_kv_server_starts_only_where_fp8_kv_refusal_says_none()
     guard = guards[0]
     served, refused = (guard.body, guard.orelse) if isinstance(guard.test.ops[0], ast.Is) else (guard.orelse, guard.body)
     assert any(fp8_starts[0] in ast.walk(statement) for statement in served), "the fp8 server starts outside the guard"
-    assert refused and not any(calls_of(statement, "start_server") for statement in refused)
+    assert refused and not any(calls_of(statement, name) for statement in refused for name in ("start_server",
+                                                                                                "start_ahead"))
     assert any("FP8_KV_REFUSAL" in ast.unparse(statement) for statement in refused), "the skip says why"
 
 

@@ -1,11 +1,13 @@
 """The lab's "your client" section: your client and the course's on one server, then a ``generate()`` loop.
 
-Notebook glue (I/O). :func:`serve_small_loads` starts one server at the lab's high setting and
-sends three small loads of the lab's prompt mix: the course's load tester, the learner's
-``send_one`` (:mod:`helpers.lab.client_exercise`) on a load of the same shape with fresh prompts,
-and the requests the naive loop will serve; the server stops before it returns.
+Notebook glue (I/O). :func:`serve_small_loads` takes the server of the lab's high setting (started
+ahead with the experiment's other one, :mod:`helpers.serve.ahead`, or started here) and sends three
+small loads of the lab's prompt mix: the course's load tester, the learner's ``send_one``
+(:mod:`helpers.lab.client_exercise`) on a load of the same shape with fresh prompts, and the
+requests the naive loop will serve; the server then stands by for the experiment.
 :func:`naive_against_vllm` then serves those requests one at a time through ``transformers``
-(:mod:`helpers.lab.naive`) with no server running: on a CPU the two would share the cores.
+(:mod:`helpers.lab.naive`) while the servers stand by, idle: an idle server costs the cores nothing
+measurable (``results/cpu/start_together-2026-12-06.json``).
 
 The loads are small so that the section costs under a minute on a 2-core CPU: the client check
 needs every request accounted for and the two clients' numbers side by side, not a long run.
@@ -26,7 +28,7 @@ from helpers.load.warmup import warm_up
 from helpers.load.workload import Workload, build_workload
 
 # (requests, output tokens): a few seconds of serving at the lab's high setting on each kind of device
-CLIENT_LOAD = {"cpu": (8, 32), "cuda": (128, 128)}
+CLIENT_LOAD = {"cpu": (8, 32), "cuda": (64, 128)}  # 64: what the lab's pool holds at once (lab_kv_gib)
 NAIVE_LOAD = {"cpu": (8, 32), "cuda": (16, 128)}  # the loop serves these one by one: keep it short
 NOT_WRITTEN = "raise NotImplementedError"
 
@@ -62,20 +64,23 @@ class SmallLoads:
         table = format_table([replace(row, run=name) for row, name in zip(runs_table(runs), names)], _COLUMNS)
         if self.learner is None:
             return ("✏️ Not yet: `send_one` still raises NotImplementedError. Write its body (the hints are above), "
-                    "then run this cell again (it starts a server again). The course's tester, for now:\n\n" + table)
+                    "then run this cell again (the servers stand by: it starts none again). The course's tester, for now:\n\n" + table)
         return table + "\n\n" + self.check.describe()
 
 
 _COLUMNS = ("run", "num_ok", "output_tok_per_s", "ttft_p50_s", "ttft_p95_s", "e2e_p50_s", "e2e_p95_s")
 
 
-async def serve_small_loads(send_one: Any, *, max_num_seqs: int, device: str) -> SmallLoads:
-    """Start a server at ``max_num_seqs``; run the course's tester, the learner's client and the naive set."""
+async def serve_small_loads(send_one: Any, settings: dict[str, Any], *, device: str) -> SmallLoads:
+    """On the server of ``settings`` (standing by, or started here): the course's tester, the learner's client and
+    the naive set; the server then stands by for a later cell (:func:`helpers.serve.standby.stand_by`)."""
     from helpers.serve.server import start_server
+    from helpers.serve.standby import stand_by
 
     requests, tokens = CLIENT_LOAD[device]
     naive_requests, naive_tokens = NAIVE_LOAD[device]
-    with start_server(max_num_seqs=max_num_seqs, quiet=True) as server:
+    server = start_server(**settings, quiet=True)
+    try:
         course_load = build_workload(server, num_requests=requests, output_tokens=tokens)
         await warm_up(server, course_load, force=True)  # a fresh server's first load is slower, on a CPU too
         course = await run_load_test(server, course_load, label="course's load tester", progress=False)
@@ -86,6 +91,8 @@ async def serve_small_loads(send_one: Any, *, max_num_seqs: int, device: str) ->
         naive_workload = build_workload(server, num_requests=naive_requests, output_tokens=naive_tokens)
         naive_vllm = await run_load_test(server, naive_workload, label="vLLM, all at once", progress=False)
         dtype = server.kv_cache.dtype if server.kv_cache else "float32"
+    finally:
+        stand_by(server)  # the experiment's server: it starts no second time
     random_weights = course.server.model_source == "dummy"
     return SmallLoads(course, learner, naive_workload, naive_vllm, dtype, random_weights)
 

@@ -51,6 +51,7 @@ from helpers.lab.sweep import (
 from helpers.load.workload import LAB_PROMPT_LENS
 from helpers.serve.config import GPU_SHARE
 from helpers.serve.server import VLLMServer
+from helpers.serve.standby import standing_by_pids
 from helpers.serve.together import start_together
 
 CHAT_TEMPLATE_TOKENS = 40  # what a chat template adds around a prompt (about 30 on SmolLM2), with room
@@ -80,13 +81,10 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
     """
     check_sweep(settings, plan, default_max_model_len())
     attempts = validate.positive_int(attempts, "attempts")
-    gib = kv_cache_space_gib if kv_cache_space_gib is not None else lab_kv_gib(plan)
+    memory = server_memory(settings, plan, kv_cache_space_gib)
     result = SweepResult(plan=plan)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    others = sweep.other_vllm_servers()
-    memory = {"kv_cache_space_gib": gib}
-    if detect_device() == "cuda":  # vLLM refuses a start unless its utilization's share of the GPU is free
-        memory["gpu_memory_utilization"] = round(GPU_SHARE / len(settings), 2)
+    others = sweep.other_vllm_servers(exclude_pids=standing_by_pids())  # its own, started ahead, are not others
     with ExitStack() as stack:
         servers = (_start_together_on_a_cpu(settings, memory, quiet, stack) if detect_device() == "cpu" else
                    _start_one_by_one(settings, attempts, quiet, memory, stack, result, out, started_at))
@@ -99,6 +97,28 @@ async def run_side_by_side(settings: Sequence[int], plan: SweepPlan, out: Path |
     if result.not_run:
         print(result.describe_not_run() + f"\n(saved in {result.not_run_file})", flush=True)
     return result
+
+
+def lab_servers(settings: Sequence[int], plan: SweepPlan, kv_cache_space_gib: float | None = None
+                ) -> dict[str, dict[str, Any]]:
+    """Each setting's server as :func:`run_side_by_side` starts it, label -> settings: for
+    :func:`helpers.serve.ahead.start_ahead`, so that a lab can start them before the experiment.
+
+    >>> lab_servers((8, 64), SweepPlan(2, 50, 64), kv_cache_space_gib=1.0)  # doctest: +SKIP
+    {'max_num_seqs=8': {'max_num_seqs': 8, 'kv_cache_space_gib': 1.0}, 'max_num_seqs=64': {...}}
+    """
+    memory = server_memory(settings, plan, kv_cache_space_gib)
+    return {f"max_num_seqs={n}": {"max_num_seqs": n, **memory} for n in settings}
+
+
+def server_memory(settings: Sequence[int], plan: SweepPlan, kv_cache_space_gib: float | None) -> dict[str, Any]:
+    """Every server's memory settings: the KV pool (default :func:`lab_kv_gib`) and, on a GPU, an equal share
+    of ``gpu_memory_utilization``: vLLM refuses a start unless its utilization's share of the GPU is free."""
+    memory: dict[str, Any] = {"kv_cache_space_gib": kv_cache_space_gib if kv_cache_space_gib is not None
+                              else lab_kv_gib(plan)}
+    if detect_device() == "cuda":
+        memory["gpu_memory_utilization"] = round(GPU_SHARE / len(settings), 2)
+    return memory
 
 
 def _start_together_on_a_cpu(settings: Sequence[int], memory: dict[str, Any], quiet: bool,

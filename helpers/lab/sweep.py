@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import validate
-from helpers.errors import CourseError, InvalidArgumentError, NotEnoughMemoryError, PortInUseError, ServerStartError
+from helpers.errors import START_ERRORS, CourseError, InvalidArgumentError
 from helpers.hardware import other_vllm_servers
 from helpers.lab.results import NotRunPoint, save_not_run, save_run
 from helpers.load.pace import LAB_OUTPUT_TOKENS, lab_output_tokens, measure_pace
@@ -46,7 +46,6 @@ from helpers.serve.server import start_server
 
 SWEEP_SETTINGS = (1, 2, 4, 8, 16, 32, 64)  # the full sweep: scripts/lab_sweep.py and the lab's RUN_SWEEP
 RETRY_WAIT_S = 20  # after a failed start: a port race or memory still held by a server that is stopping
-START_ERRORS = (ServerStartError, PortInUseError, NotEnoughMemoryError)  # a start that may fail on a shared machine
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ notebook and the lab start their servers through it).
 
 - :mod:`~helpers.serve.server` (I/O): :class:`VLLMServer` and :func:`start_server`, what a notebook holds.
 - :mod:`~helpers.serve.together` (I/O): several servers started at once (a CPU) or one after the other (a GPU).
+- :mod:`~helpers.serve.ahead` (I/O): servers started before the cell that uses them, standing by until it does.
+- :mod:`~helpers.serve.standby` (I/O): the servers standing by, each handed over to the cell that asks for its settings.
 - :mod:`~helpers.serve.live` (I/O): the servers this process launched and has not stopped, stopped at exit.
 - :mod:`~helpers.serve.preflight` (I/O): checks before launch: device, dtype, free memory, a free port.
 - :mod:`~helpers.serve.process` (I/O): spawning the server, its watchdog, its port, its log and temporary files.

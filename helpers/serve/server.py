@@ -35,7 +35,7 @@ from typing import Any
 
 from helpers.errors import ConfigError, ServerStartError, StartupTimeoutError
 from helpers.hardware import Device
-from helpers.serve import group, preflight, process
+from helpers.serve import group, preflight, process, standby
 from helpers.serve.access import ServerAccess
 from helpers.serve.config import Launch, ServerConfig, build_launch
 from helpers.serve.live import LIVE, ports_taken, running_servers, stop_all_servers  # noqa: F401 (imported from here)
@@ -54,6 +54,7 @@ class VLLMServer(ServerAccess):
 
     def __init__(self, config: ServerConfig | None = None, **settings: Any) -> None:
         self.config = with_settings(config, settings)
+        self.requested_config = self.config  # as asked for: a server started ahead is found by it (helpers.serve.ahead)
         self.process: subprocess.Popen[bytes] | None = None
         self.device: Device | None = None
         self.model_name: str | None = None  # what clients send as ``model=``
@@ -129,6 +130,8 @@ class VLLMServer(ServerAccess):
         """Launch the server and block until it is ready; raise with the cause if it is not."""
         self.check_not_started()
         say = (lambda text: None) if quiet else progress_printer(time.monotonic())
+        if standby.hand_over(self, say):  # started ahead (helpers.serve.ahead): this object becomes that server
+            return self
         try:
             with process.interruptible():  # Ctrl-C in a cell with ``await`` too
                 self.check_before_launch(say)

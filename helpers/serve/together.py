@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from helpers.serve import preflight, process
+from helpers.serve import preflight, process, standby
 from helpers.serve.server import POLL_S, STARTING_GRACE_S, VLLMServer, progress_printer
 
 
@@ -47,12 +47,13 @@ def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | Non
     says = [(lambda text: None) if quiet else progress_printer(began, f"{label}: ") for label in labels]
     try:
         with process.interruptible():  # Ctrl-C in a cell with ``await`` too
+            pending = [(server, say) for server, say in zip(servers, says) if not standby.hand_over(server, say)]
             starting_with = 0.0
-            for server, say in zip(servers, says):
+            for server, say in pending:
                 server.check_before_launch(say, starting_with)
                 if server.device == "cpu":
                     starting_with += preflight.cpu_memory_gib(server.config)
-            waves = [list(zip(servers, says))] if starts_at_once(servers) else [[pair] for pair in zip(servers, says)]
+            waves = [pending] if starts_at_once(servers) else [[pair] for pair in pending]
             for wave in waves:
                 for server, say in wave:
                     server.launch_on_free_port(say)

@@ -23,8 +23,9 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from helpers import validate
 from helpers.errors import NotEnoughMemoryError, PortInUseError, ServerStartError
@@ -50,11 +51,13 @@ async def compare_token_budgets(
     time_limit_s: float = 600.0,
     out_path: Path | str | None = None,
     quiet: bool = False,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[RatePoint]:
     """One point per budget (in the order given), each on its own server started with
     ``max_num_seqs`` and ``--max-num-batched-tokens`` = the budget, all at the same ``rate``
-    (requests/s) with the same prompts and arrivals. A budget below ``max_num_seqs`` is refused
-    (vLLM would not start). In a notebook ``await compare_token_budgets(...)``."""
+    (requests/s) with the same prompts and arrivals; ``settings``: the servers' other settings (e.g. their KV
+    pool, ``kv_cache_space_gib``). A budget below ``max_num_seqs`` is refused (vLLM would not start). In a
+    notebook ``await compare_token_budgets(...)``."""
     budgets = validate.positive_ints(budgets, "budgets", hint="Each is a step's token budget, e.g. (64, 256, 2048).")
     max_num_seqs = validate.positive_int(max_num_seqs, "max_num_seqs")
     small = [budget for budget in budgets if budget < max_num_seqs]
@@ -76,7 +79,8 @@ async def compare_token_budgets(
             points.append(await _one_budget(budget, label, rate=rate, num_requests=num_requests,
                                             max_num_seqs=max_num_seqs, prompt_lens=prompt_lens,
                                             output_tokens=output_tokens, burstiness=burstiness, seed=seed,
-                                            time_limit_s=remaining - START_ALLOWANCE_S, quiet=quiet))
+                                            time_limit_s=remaining - START_ALLOWANCE_S, quiet=quiet,
+                                            settings=settings or {}))
         if not quiet and not points[-1].ran:
             print(f"  {label}: {points[-1].status}", flush=True)
         if out_path is not None:
@@ -85,12 +89,21 @@ async def compare_token_budgets(
     return points
 
 
+def budget_server(budget: int, max_num_seqs: int, **settings: Any) -> dict[str, Any]:
+    """The settings of the server :func:`compare_token_budgets` starts for ``budget`` (with its ``settings``), as
+    ``start_server`` takes them: for :func:`helpers.serve.ahead.start_ahead`, which can start it before its cell.
+
+    >>> budget_server(64, 8, kv_cache_space_gib=0.5)
+    {'kv_cache_space_gib': 0.5, 'max_num_seqs': 8, 'extra_args': ('--max-num-batched-tokens', '64')}
+    """
+    return {**settings, "max_num_seqs": max_num_seqs, "extra_args": ("--max-num-batched-tokens", str(budget))}
+
+
 async def _one_budget(budget: int, label: str, *, rate: float, num_requests: int, max_num_seqs: int,
                       prompt_lens: Sequence[int], output_tokens: int, burstiness: float, seed: int,
-                      time_limit_s: float, quiet: bool) -> RatePoint:
+                      time_limit_s: float, quiet: bool, settings: Mapping[str, Any]) -> RatePoint:
     try:
-        server = start_server(quiet=True, max_num_seqs=max_num_seqs,
-                              extra_args=("--max-num-batched-tokens", str(budget)))
+        server = start_server(quiet=True, **budget_server(budget, max_num_seqs, **settings))
     except (ServerStartError, PortInUseError, NotEnoughMemoryError) as error:
         cause = getattr(error, "cause", None) or type(error).__name__
         return not_run(label, rate, burstiness, num_requests, f"server did not start: {cause}")

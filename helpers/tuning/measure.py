@@ -27,6 +27,7 @@ from helpers.load.run import run_load_test
 from helpers.load.warmup import fresh_copy, needs_warm_up, warm_up
 from helpers.load.workload import ServerTokenizer, Workload
 from helpers.serve.process import death_of
+from helpers.serve.standby import standing_by_pids
 from helpers.tuning.measurement import CapacityPoint, Measurement
 
 # On the H200 one load of the notebook (64 requests, 1-8 s) measured the same flags up to 1.55x apart in two runs,
@@ -75,7 +76,8 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
     # a GPU server's first load pays one-time costs: an untimed burst of the same shape pays them (helpers.load.warmup)
     await warm_up(server, workload)
     own_pid = getattr(getattr(server, "process", None), "pid", None)
-    others = other_vllm_servers(exclude_pid=own_pid)
+    idle = standing_by_pids()  # this notebook's next servers, started ahead and idle (helpers.serve.ahead)
+    others = other_vllm_servers(exclude_pid=own_pid, exclude_pids=idle)
     runs = []
     for index in range(repeats):
         load = workload if index == 0 else fresh_copy(workload, output_tokens=workload.output_tokens)
@@ -84,7 +86,7 @@ async def measure(server: Any, workload: Workload, *, lever: str, setting: str,
                                               progress=progress), server, interval_s=interval_s))
         if runs[-1][0].summary.num_errors or (runs[0][0].summary.wall_s or 0.0) >= LONG_RUN_S:
             break
-    others = max(others, other_vllm_servers(exclude_pid=own_pid))
+    others = max(others, other_vllm_servers(exclude_pid=own_pid, exclude_pids=idle))
     if others and progress:
         print(f"{label}: {others} other vLLM server(s) ran on this machine during the run; they share its CPU "
               "(or GPU), so these numbers are less reliable than usual.")

@@ -1,0 +1,56 @@
+"""The servers standing by: started before the cell that uses them (:mod:`helpers.serve.ahead`), running, held by
+no cell yet.
+
+:func:`hand_over` is what ``VLLMServer.start`` and ``start_together`` ask first: a server about to start takes
+over the standing-by server of the same settings instead, so the cell that uses a server reads as it would without
+any of this (``with start_server(**settings) as server:``). :func:`stand_by` puts a running server back for a later
+cell. Standing-by servers are ordinary live servers (:data:`helpers.serve.live.LIVE`): stopped at exit, and by
+their watchdog when the kernel dies.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from helpers.serve.config import ServerConfig
+from helpers.serve.live import LIVE
+
+STANDING_BY: dict[ServerConfig, Any] = {}  # settings as asked for -> a running VLLMServer nobody holds yet
+
+
+def hand_over(server: Any, say: Any) -> bool:
+    """If a server of ``server``'s settings stands by, ``server`` (created, not started) becomes it: True.
+    False where none does (the caller starts ``server``); a standing-by server that died is stopped first."""
+    forget_stopped()
+    ready = STANDING_BY.pop(server.requested_config, None)
+    if ready is None:
+        return False
+    LIVE.discard(ready)
+    server.__dict__.update(ready.__dict__)  # the process, its watchdog and its log: one server, now this object
+    LIVE.add(server)
+    ago = time.monotonic() - server._began
+    say(f"started ahead {ago:.0f} s ago, ready in {server.startup_seconds:.1f} s: {server.base_url} "
+        f"serves {server.model_name!r}")
+    return True
+
+
+def stand_by(server: Any) -> None:
+    """Keep ``server`` running for a later cell that asks for its settings; a server no longer running is stopped."""
+    if server.is_running():
+        STANDING_BY[server.requested_config] = server
+    else:
+        server.stop()
+
+
+def standing_by_pids() -> set[int]:
+    """The API server process ids of the servers standing by: idle, so not 'other servers' to a measurement."""
+    return {server.process.pid for server in STANDING_BY.values() if server.process is not None}
+
+
+def forget_stopped() -> None:
+    """Stop and drop the standing-by servers that are no longer running (a process of theirs died)."""
+    for config, server in list(STANDING_BY.items()):
+        if not server.is_running():
+            server.stop()
+            del STANDING_BY[config]
