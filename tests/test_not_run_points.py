@@ -436,3 +436,21 @@ def test_the_lab_stops_with_the_reason_when_a_setting_it_compares_has_no_finishe
         sweep.require_every_setting(result, (8, 64))
     assert "max_num_seqs=64, run 1: not run (server did not start: process killed)" in str(error.value)
     sweep.require_every_setting(result, (8,))  # what was measured is enough for a comparison of 8 alone
+
+
+def test_on_a_gpu_a_server_standing_by_starts_first_so_a_failed_fresh_start_falls_back(
+        fake_sweep, tmp_path, capsys, monkeypatch):
+    """Lab 1's check keeps its 64-slot server standing by: the 8-slot start that fails beside it is the later one."""
+    from helpers.serve import standby
+    from helpers.serve.config import GPU_SHARE
+    from helpers.serve.server import with_settings
+
+    monkeypatch.setattr(side_by_side, "detect_device", lambda: "cuda")
+    fake_sweep.no_start = {8}
+    config = with_settings(None, {"max_num_seqs": 64, "kv_cache_space_gib": 1.0,
+                                  "gpu_memory_utilization": round(GPU_SHARE / 2, 2)})
+    monkeypatch.setitem(standby.STANDING_BY, config, SimpleNamespace(process=None))
+    asyncio.run(run_side_by_side((8, 64), SweepPlan(2, 6, 8), tmp_path, quiet=True, kv_cache_space_gib=1.0))
+    assert fake_sweep.log[:2] == [("start", 64), ("stop", 64)]
+    assert "max_num_seqs=8 did not start beside the others (process killed): measuring the settings one after" \
+        in capsys.readouterr().out

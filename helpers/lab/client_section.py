@@ -19,6 +19,7 @@ import inspect
 from dataclasses import dataclass, replace
 from typing import Any
 
+from helpers.errors import START_ERRORS
 from helpers.feedback import Hints
 from helpers.lab.client_exercise import ClientCheck, LearnerRun, compare_clients, run_learner_client
 from helpers.lab.naive import NaiveComparison, compare_naive, naive_run
@@ -79,7 +80,13 @@ async def serve_small_loads(send_one: Any, settings: dict[str, Any], *, device: 
 
     requests, tokens = CLIENT_LOAD[device]
     naive_requests, naive_tokens = NAIVE_LOAD[device]
-    server = start_server(**settings, quiet=True)
+    try:
+        server, keep = start_server(**settings, quiet=True), True
+    except START_ERRORS:
+        if device != "cuda":
+            raise
+        # the experiment's share of the GPU may not hold this model: the check alone takes vLLM's default share
+        server, keep = start_server(max_num_seqs=settings["max_num_seqs"], quiet=True), False
     try:
         course_load = build_workload(server, num_requests=requests, output_tokens=tokens)
         await warm_up(server, course_load, force=True)  # a fresh server's first load is slower, on a CPU too
@@ -92,7 +99,10 @@ async def serve_small_loads(send_one: Any, settings: dict[str, Any], *, device: 
         naive_vllm = await run_load_test(server, naive_workload, label="vLLM, all at once", progress=False)
         dtype = server.kv_cache.dtype if server.kv_cache else "float32"
     finally:
-        stand_by(server)  # the experiment's server: it starts no second time
+        if keep:
+            stand_by(server)  # the experiment's server: it starts no second time
+        else:
+            server.stop()
     random_weights = course.server.model_source == "dummy"
     return SmallLoads(course, learner, naive_workload, naive_vllm, dtype, random_weights)
 

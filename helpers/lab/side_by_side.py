@@ -50,8 +50,8 @@ from helpers.lab.sweep import (
 )
 from helpers.load.workload import LAB_PROMPT_LENS
 from helpers.serve.config import GPU_SHARE
-from helpers.serve.server import VLLMServer
-from helpers.serve.standby import standing_by_pids
+from helpers.serve.server import VLLMServer, with_settings
+from helpers.serve.standby import STANDING_BY, standing_by_pids
 from helpers.serve.together import start_together
 
 CHAT_TEMPLATE_TOKENS = 40  # what a chat template adds around a prompt (about 30 on SmolLM2), with room
@@ -144,9 +144,12 @@ def _start_together_on_a_cpu(settings: Sequence[int], memory: dict[str, Any], qu
 def _start_one_by_one(settings: Sequence[int], attempts: int, quiet: bool, memory: dict[str, Any], stack: ExitStack,
                       result: SweepResult, out: Path | str, started_at: str) -> dict[int, Any] | None:
     """Every setting's server, one after the other (a GPU); those that started before one that did not (the caller
-    then measures one after the other), or None where the first did not (every load test marked not run)."""
+    then measures one after the other), or None where the first did not (every load test marked not run). A server
+    standing by (lab 1's check keeps its own) comes first, so that a fresh start that fails beside it is the later
+    one: the settings are then measured one after the other, and leaving the caller's block stops it."""
     servers: dict[int, Any] = {}
-    for max_num_seqs in settings:
+    standing = [n for n in settings if with_settings(None, {"max_num_seqs": n, **memory}) in STANDING_BY]
+    for max_num_seqs in [*standing, *(n for n in settings if n not in standing)]:
         try:
             servers[max_num_seqs] = stack.enter_context(start_with_retries(max_num_seqs, attempts, quiet, **memory))
         except START_ERRORS as error:
@@ -163,7 +166,7 @@ def _start_one_by_one(settings: Sequence[int], attempts: int, quiet: bool, memor
         if quiet:
             print(f"max_num_seqs={max_num_seqs}: server ready in {servers[max_num_seqs].startup_seconds:.0f} s "
                   f"(KV pool {memory['kv_cache_space_gib']:g} GiB)", flush=True)
-    return servers
+    return {n: servers[n] for n in settings}  # the settings' order: the first one's server sizes the load
 
 
 async def _take_turns(servers: dict[int, Any], result: SweepResult, fit: Fit | None, others: int, out: Path | str,

@@ -129,13 +129,14 @@ def with_serving_dtype(config: ServerConfig, device: Device) -> tuple[ServerConf
     return gpu.gpu_settings(config, detect_gpus())
 
 
-def served_bytes_per_value() -> int | None:
-    """Bytes per value a default server on this machine computes in, known before one starts: 2 on a CPU that
-    serves bfloat16, 4 on one that serves float32; None on a GPU, which serves the model's own dtype (read it
-    from a running server: ``server.kv_cache.bytes_per_value``)."""
+def served_bytes_per_value(dtype: str | None = None) -> int | None:
+    """Bytes per value a server on this machine computes in (``dtype`` as a server setting takes it; None: the
+    course's choice), known before one starts: 2 on a CPU that serves bfloat16, 4 on one that serves float32;
+    None on a GPU, which serves the model's own dtype (read it from a running server:
+    ``server.kv_cache.bytes_per_value``)."""
     if detect_device() != "cpu":
         return None
-    return 4 if cpu_dtype(detect_cpu())[0] == "float32" else 2
+    return 4 if cpu_dtype(detect_cpu(), dtype)[0] == "float32" else 2
 
 
 def cpu_memory_gib(config: ServerConfig) -> float:
