@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import validate
-from helpers.errors import NotEnoughMemoryError, PortInUseError, ServerStartError
+from helpers.errors import START_ERRORS
 from helpers.feedback import as_option
 from helpers.serve.server import start_server
 from helpers.traffic.rates import RatePoint, not_run, save_rate_sweep
@@ -104,7 +104,7 @@ async def _one_budget(budget: int, label: str, *, rate: float, num_requests: int
                       time_limit_s: float, quiet: bool, settings: Mapping[str, Any]) -> RatePoint:
     try:
         server = start_server(quiet=True, **budget_server(budget, max_num_seqs, **settings))
-    except (ServerStartError, PortInUseError, NotEnoughMemoryError) as error:
+    except START_ERRORS as error:
         cause = getattr(error, "cause", None) or type(error).__name__
         return not_run(label, rate, burstiness, num_requests, f"server did not start: {cause}")
     with server:
