@@ -79,7 +79,7 @@ def test_a_student_with_a_failed_request_is_not_within_target_even_if_the_rest_w
 def test_a_report_reads_a_class_run_and_survives_its_results_file(tmp_path):
     plan = class_plan(2, requests_each=2, gap_s=1.0, start_within_s=1.0, seed=0)
     run = SimpleNamespace(records=records([0.5, 0.7, 0.9, 8.0]), wall_s=10.0, started_at="2026-12-02T12:00:00+00:00",
-                          summary=SimpleNamespace(num_ok=4, ttft_p50_s=0.1))
+                          summary=SimpleNamespace(num_ok=4, ttft_p50_s=0.1, peak_in_flight=2))
     report = class_report(ClassRun("1 replica", 1, plan, run), target_s=5.0)
     assert report.num_requests == 4 and len(report.views) == 2 and "of 2 students within 5 s" in report.describe()
     path = save_class_sim(tmp_path / "route" / "class_sim.json", [report], machine="CPU: 2 cores", shared=False)
@@ -168,3 +168,15 @@ def test_the_figures_are_titled_with_their_finding_and_label_their_axes():
                ClassReport("2 replicas", 2, 5.0, "", (StudentView(0, 3, 2, 6.0, False),), 2, 3, 9.0, 0.2, "")]
     assert class_finding(reports) == "Students within 5 s at their p95, 1 replica: 1 of 1; 2 replicas: 0 of 1"
     assert plot_class(reports).axes[0].get_xlabel() == "setup"
+
+
+def test_slot_line_reads_the_peak_against_the_slots_and_old_files_still_load():
+    from helpers.route.class_report import slot_line
+
+    old = ClassReport("1 replica", 1, 5.0, "", (StudentView(0, 3, 3, 1.0, True),), 3, 3, 9.0, 0.2, "").to_dict()
+    old.pop("peak_in_flight")  # files written before the field existed
+    report = ClassReport.from_dict(old)
+    assert report.peak_in_flight is None and "did not record" in slot_line(report, 8)
+    busy = ClassReport.from_dict({**old, "peak_in_flight": 12})
+    assert "the other 4 waited" in slot_line(busy, 8)
+    assert "none waited" in slot_line(busy, 12) and "vLLM's default" in slot_line(busy, None)

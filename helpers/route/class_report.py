@@ -77,6 +77,7 @@ class ClassReport:
     wall_s: float
     ttft_p50_s: float | None
     started_at: str
+    peak_in_flight: int | None = None  # most requests sent and not yet answered at one moment; None in older files
 
     @property
     def num_within(self) -> int:
@@ -110,7 +111,31 @@ def class_report(lesson: Any, target_s: float) -> ClassReport:
     summary = lesson.run.summary
     return ClassReport(lesson.label, lesson.num_replicas, float(target_s), lesson.plan.describe(), tuple(views),
                        summary.num_ok, len(records), round(lesson.run.wall_s, 2), summary.ttft_p50_s,
-                       lesson.run.started_at)
+                       lesson.run.started_at, summary.peak_in_flight)
+
+
+def slot_line(report: ClassReport, slots: int | None) -> str:
+    """Whether a one-server run ever had more requests in flight than the server has slots (``max_num_seqs``).
+
+    Within its slots no request waits for one: more replicas have no queue to take off that server, only a share of
+    the batch it runs. Past them, the extra requests waited in the server's queue.
+
+    >>> run = ClassReport("1 replica", 1, 5.0, "", (), 3, 3, 9.0, 0.2, "", peak_in_flight=28)
+    >>> slot_line(run, 64)
+    '1 replica: at most 28 requests in flight for 64 slots (max_num_seqs): none waited for a slot, so more replicas had no queue to take off it, only a share of the batch.'
+    >>> slot_line(run, 8)
+    '1 replica: up to 28 requests in flight for 8 slots (max_num_seqs): the other 20 waited in its queue for a slot.'
+    """
+    if report.peak_in_flight is None:
+        return f"{report.label}: the run did not record how many requests were in flight."
+    if slots is None:  # started without max_num_seqs: vLLM chose it (helpers.tuning.command.vllm_default_max_num_seqs)
+        return (f"{report.label}: at most {report.peak_in_flight} requests in flight, for vLLM's default max_num_seqs "
+                "(set max_num_seqs in REPLICA_SETTINGS to compare them).")
+    if report.peak_in_flight <= slots:
+        return (f"{report.label}: at most {report.peak_in_flight} requests in flight for {slots} slots (max_num_seqs): "
+                "none waited for a slot, so more replicas had no queue to take off it, only a share of the batch.")
+    return (f"{report.label}: up to {report.peak_in_flight} requests in flight for {slots} slots (max_num_seqs): the "
+            f"other {report.peak_in_flight - slots} waited in its queue for a slot.")
 
 
 def replicas_needed(reports: Sequence[ClassReport]) -> int | None:
