@@ -29,6 +29,11 @@ class NotEnoughMemoryError(ConfigError):
     """The KV cache asked for does not fit in this machine's free memory."""
 
 
+class StartedAheadUnusedError(CourseError):
+    """Under the course's tests, a server started afresh while servers started ahead stood by unused: a notebook's
+    ``start_ahead`` entry and the settings of the cell that was to use it differ (helpers.serve.standby)."""
+
+
 class PortInUseError(CourseError):
     """Another process already listens on the port the server was to use."""
 

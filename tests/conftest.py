@@ -14,6 +14,8 @@ SESSION_TAG = uuid.uuid4().hex
 os.environ["VLLM_COURSE_TEST_SESSION"] = SESSION_TAG
 # Every kernel the tests start (nbval's, the lab copies') fails an exercise whose answer a cell above printed.
 os.environ["VLLM_COURSE_AUDIT_ANSWERS"] = "1"
+# ... and refuses a fresh start while a server started ahead stands by unused (helpers.serve.standby).
+os.environ["VLLM_COURSE_AUDIT_AHEAD"] = "1"
 
 # What a vLLM process's command line holds: the API server, the engine and workers vLLM retitles
 # (VLLM::EngineCore, VLLM::Worker_...), vllm-router as helpers.route runs it.

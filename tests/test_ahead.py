@@ -1,13 +1,14 @@
 """Servers started ahead (``helpers.serve.ahead``, ``helpers.serve.standby``): two real CPU servers started together, then taken over by
 ``start_server`` and by ``start_together`` without a second start, put back with ``stand_by``, and not counted as
 other servers while they stand by; on a GPU nothing starts ahead; a failed start ahead leaves nothing standing by;
-a standing-by server that died is stopped, not handed over."""
+a standing-by server that died is stopped, not handed over; under the tests, a fresh start beside an unused server
+started ahead is refused."""
 
 import time
 
 import pytest
 
-from helpers.errors import NotEnoughMemoryError
+from helpers.errors import NotEnoughMemoryError, StartedAheadUnusedError
 from helpers.hardware import detect_device, other_vllm_servers
 from helpers.serve import ahead, standby
 from helpers.serve.server import VLLMServer, start_server
@@ -117,3 +118,22 @@ def test_a_standing_by_server_that_died_is_stopped_not_handed_over():
     assert dead.stops == 1 and not standby.STANDING_BY and wanted.process is None
     standby.stand_by(dead)  # a stopped server is not kept either
     assert dead.stops == 2 and not standby.STANDING_BY
+
+
+class _Running(_Stopped):
+    """A server standing by, alive."""
+
+    def is_running(self):
+        return True
+
+
+def test_under_the_tests_a_fresh_start_beside_an_unused_server_started_ahead_is_refused(monkeypatch):
+    standby.STANDING_BY[VLLMServer(max_num_seqs=8).requested_config] = _Running()
+    fresh = VLLMServer(max_num_seqs=4)
+    with pytest.raises(StartedAheadUnusedError, match="max_num_seqs 4 here, 8 ahead"):
+        fresh.start(quiet=True)
+    with pytest.raises(StartedAheadUnusedError, match="start_ahead entry"):
+        start_together([VLLMServer(max_num_seqs=4)], quiet=True)
+    assert fresh.process is None and len(standby.STANDING_BY) == 1  # refused before any launch
+    monkeypatch.delenv(standby.AUDIT_VARIABLE)
+    standby.check_none_passed_over([fresh])  # a learner may start what they like

@@ -67,7 +67,7 @@ def _start_as_many_as_fit(new: dict[str, Any], quiet: bool) -> tuple[list[str], 
     for count in range(len(new), 1, -1):
         first = dict(list(new.items())[:count])
         try:
-            start_together(list(first.values()), labels=list(first), quiet=quiet)
+            start_together(list(first.values()), labels=list(first), quiet=quiet, ahead=True)
         except NotEnoughMemoryError as error:
             refusal = refusal or error
             continue

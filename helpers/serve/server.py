@@ -132,6 +132,7 @@ class VLLMServer(ServerAccess):
         say = (lambda text: None) if quiet else progress_printer(time.monotonic())
         if standby.hand_over(self, say):  # started ahead (helpers.serve.ahead): this object becomes that server
             return self
+        standby.check_none_passed_over([self])
         try:
             with process.interruptible():  # Ctrl-C in a cell with ``await`` too
                 self.check_before_launch(say)

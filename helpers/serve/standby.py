@@ -6,17 +6,27 @@ over the standing-by server of the same settings instead, so the cell that uses 
 any of this (``with start_server(**settings) as server:``). :func:`stand_by` puts a running server back for a later
 cell. Standing-by servers are ordinary live servers (:data:`helpers.serve.live.LIVE`): stopped at exit, and by
 their watchdog when the kernel dies.
+
+Under the course's tests (``VLLM_COURSE_AUDIT_AHEAD=1``, set by ``tests/conftest.py`` for every kernel nbval starts),
+:func:`check_none_passed_over` refuses a fresh start while servers started ahead stand by unused: a notebook whose
+``start_ahead`` entry drifted from the settings of the cell that was to use it would otherwise pay a start it
+planned to save, and hold a second server's memory, without a word.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
+from helpers.errors import StartedAheadUnusedError
 from helpers.serve.config import ServerConfig
 from helpers.serve.live import LIVE
 
 STANDING_BY: dict[ServerConfig, Any] = {}  # settings as asked for -> a running VLLMServer nobody holds yet
+AUDIT_VARIABLE = "VLLM_COURSE_AUDIT_AHEAD"
 
 
 def hand_over(server: Any, say: Any) -> bool:
@@ -54,3 +64,28 @@ def forget_stopped() -> None:
         if not server.is_running():
             server.stop()
             del STANDING_BY[config]
+
+
+def check_none_passed_over(starting: Sequence[Any]) -> None:
+    """Under the course's tests (``VLLM_COURSE_AUDIT_AHEAD=1``), raise :class:`~helpers.errors.StartedAheadUnusedError`
+    where ``starting`` (servers about to start afresh) would start while servers started ahead stand by unused,
+    naming the settings that differ; elsewhere nothing (a learner may start what they like)."""
+    forget_stopped()
+    if not STANDING_BY or not starting or os.environ.get(AUDIT_VARIABLE) != "1":
+        return
+    lines = [f"  {_differences(server.requested_config, ahead)}" for server in starting for ahead in STANDING_BY]
+    raise StartedAheadUnusedError(
+        f"{len(starting)} server(s) start afresh while {len(STANDING_BY)} started ahead stand(s) by unused; "
+        "settings here against those started ahead:\n" + "\n".join(lines) + "\nMake the start_ahead entry "
+        "equal to the settings of the cell that uses it (this check runs under the course's tests).")
+
+
+def _differences(here: ServerConfig, ahead: ServerConfig) -> str:
+    """e.g. ``kv_cache_space_gib 0.5 here, 1.0 ahead``; the settings that differ, or "the same settings".
+
+    >>> _differences(ServerConfig(max_num_seqs=8), ServerConfig(max_num_seqs=64))
+    'max_num_seqs 8 here, 64 ahead'
+    """
+    found = [f"{field.name} {getattr(here, field.name)!r} here, {getattr(ahead, field.name)!r} ahead"
+             for field in fields(here) if getattr(here, field.name) != getattr(ahead, field.name)]
+    return "; ".join(found) or "the same settings"

@@ -30,10 +30,11 @@ def starts_at_once(servers: Sequence[VLLMServer]) -> bool:
 
 
 def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | None = None,
-                   quiet: bool = False) -> list[VLLMServer]:
+                   quiet: bool = False, ahead: bool = False) -> list[VLLMServer]:
     """Start ``servers`` (created, not started) at once on a CPU, one after the other on a GPU;
     return them once all are ready. ``labels`` prefix each one's progress lines (default
     "server 1: ", ...). Raises as ``start()`` does; then none of them is left running.
+    ``ahead``: they are started ahead (:func:`helpers.serve.ahead.start_ahead`), beside any standing by.
 
     >>> a, b = start_together([VLLMServer(max_num_seqs=8), VLLMServer(max_num_seqs=64)])   # doctest: +SKIP
     """
@@ -48,6 +49,8 @@ def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | Non
     try:
         with process.interruptible():  # Ctrl-C in a cell with ``await`` too
             pending = [(server, say) for server, say in zip(servers, says) if not standby.hand_over(server, say)]
+            if not ahead:
+                standby.check_none_passed_over([server for server, _ in pending])
             starting_with = 0.0
             for server, say in pending:
                 server.check_before_launch(say, starting_with)
