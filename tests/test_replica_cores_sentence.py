@@ -27,12 +27,15 @@ def explain_class_cell() -> str:
 def said(monkeypatch, capsys, usable: list[int], num_replicas: int, host_cores: int = 64) -> str:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(usable), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: host_cores)  # a container's host: more than this process may use
-    replicas = [SimpleNamespace(config=SimpleNamespace(cpu_cores=share))
+    replicas = [SimpleNamespace(config=SimpleNamespace(cpu_cores=share, max_num_seqs=8))
                 for share in replica_cores(num_replicas, usable)]
     namespace = {"os": os, "ON_GPU": False, "NUM_REPLICAS": num_replicas, "replicas": replicas,
-                 "reports": [SimpleNamespace(p95s=[], label="1 replica")]}
+                 "reports": [SimpleNamespace(p95s=[], label="1 replica", peak_in_flight=12)]}
     exec(explain_class_cell(), namespace)  # noqa: S102 (the course's own cell)
-    return capsys.readouterr().out.splitlines()[0]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ("1 replica: up to 12 requests in flight for 8 slots (max_num_seqs): the other 4 waited in its "
+                        "queue for a slot.")
+    return lines[0]
 
 
 @pytest.mark.parametrize(("cores", "replicas", "shares", "others", "free"), [

@@ -121,10 +121,11 @@ def slot_line(report: ClassReport, slots: int | None) -> str:
     the batch it runs. Past them, the extra requests waited in the server's queue.
 
     >>> run = ClassReport("1 replica", 1, 5.0, "", (), 3, 3, 9.0, 0.2, "", peak_in_flight=28)
-    >>> slot_line(run, 64)
-    '1 replica: at most 28 requests in flight for 64 slots (max_num_seqs): none waited for a slot, so more replicas had no queue to take off it, only a share of the batch.'
-    >>> slot_line(run, 8)
-    '1 replica: up to 28 requests in flight for 8 slots (max_num_seqs): the other 20 waited in its queue for a slot.'
+    >>> print(slot_line(run, 64))  # doctest: +NORMALIZE_WHITESPACE
+    1 replica: at most 28 requests in flight for 64 slots (max_num_seqs): none waited for a slot, so more replicas
+    had no queue to take off it, only a share of the batch.
+    >>> print(slot_line(run, 8))
+    1 replica: up to 28 requests in flight for 8 slots (max_num_seqs): the other 20 waited in its queue for a slot.
     """
     if report.peak_in_flight is None:
         return f"{report.label}: the run did not record how many requests were in flight."
