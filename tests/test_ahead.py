@@ -137,3 +137,10 @@ def test_under_the_tests_a_fresh_start_beside_an_unused_server_started_ahead_is_
     assert fresh.process is None and len(standby.STANDING_BY) == 1  # refused before any launch
     monkeypatch.delenv(standby.AUDIT_VARIABLE)
     standby.check_none_passed_over([fresh])  # a learner may start what they like
+
+
+def test_a_call_that_claims_every_server_standing_by_may_start_others_beside_them():
+    standby.STANDING_BY[VLLMServer(max_num_seqs=8).requested_config] = _Running()
+    standby.check_none_passed_over([VLLMServer(max_num_seqs=8), VLLMServer(max_num_seqs=4)])  # 8 claimed: no refusal
+    with pytest.raises(StartedAheadUnusedError, match="put back by stand_by"):
+        standby.check_none_passed_over([VLLMServer(max_num_seqs=4)])

@@ -178,5 +178,5 @@ def test_slot_line_reads_the_peak_against_the_slots_and_old_files_still_load():
     report = ClassReport.from_dict(old)
     assert report.peak_in_flight is None and "did not record" in slot_line(report, 8)
     busy = ClassReport.from_dict({**old, "peak_in_flight": 12})
-    assert "the other 4 waited" in slot_line(busy, 8)
-    assert "none waited" in slot_line(busy, 12) and "vLLM's default" in slot_line(busy, None)
+    assert "at least 4 of them were not running" in slot_line(busy, 8)
+    assert "none had to wait" in slot_line(busy, 12) and "vLLM's default" in slot_line(busy, None)

@@ -115,29 +115,30 @@ def class_report(lesson: Any, target_s: float) -> ClassReport:
 
 
 def slot_line(report: ClassReport, slots: int | None) -> str:
-    """Whether a one-server run ever had more requests in flight than the server has slots (``max_num_seqs``).
+    """Whether a one-server run ever had more requests open (sent, not yet answered) than the server has slots.
 
-    Within its slots no request waits for one: more replicas have no queue to take off that server, only a share of
-    the batch it runs. Past them, the extra requests waited in the server's queue.
+    Open requests include those still in the HTTP front end, so within the slots (``max_num_seqs``) none had to wait
+    for one, and more replicas had no queue to take off that server, only a share of the batch it runs. Past them, at
+    that moment some were not running: in vLLM's queue or in its front end.
 
     >>> run = ClassReport("1 replica", 1, 5.0, "", (), 3, 3, 9.0, 0.2, "", peak_in_flight=28)
     >>> print(slot_line(run, 64))  # doctest: +NORMALIZE_WHITESPACE
-    1 replica: at most 28 requests in flight for 64 slots (max_num_seqs): none waited for a slot, so more replicas
-    had no queue to take off it, only a share of the batch.
-    >>> print(slot_line(run, 8))
-    1 replica: up to 28 requests in flight for 8 slots (max_num_seqs): the other 20 waited in its queue for a slot.
+    1 replica: at most 28 requests open at once (sent, not yet answered) for 64 slots (max_num_seqs): none had to
+    wait for a slot, so more replicas had no queue to take off it, only a share of the batch.
+    >>> print(slot_line(run, 8))  # doctest: +NORMALIZE_WHITESPACE
+    1 replica: at most 28 requests open at once (sent, not yet answered) for 8 slots (max_num_seqs): at that moment
+    at least 20 of them were not running, waiting in vLLM's queue or in its HTTP front end.
     """
     if report.peak_in_flight is None:
-        return f"{report.label}: the run did not record how many requests were in flight."
+        return f"{report.label}: the run did not record how many requests were open at once."
+    head = f"{report.label}: at most {report.peak_in_flight} requests open at once (sent, not yet answered)"
     if slots is None:  # started without max_num_seqs: vLLM chose it (helpers.tuning.command.vllm_default_max_num_seqs)
-        return (f"{report.label}: at most {report.peak_in_flight} requests in flight, for vLLM's default max_num_seqs "
-                "(set max_num_seqs in REPLICA_SETTINGS to compare them).")
+        return f"{head}, for vLLM's default max_num_seqs (set max_num_seqs in REPLICA_SETTINGS to compare them)."
     if report.peak_in_flight <= slots:
-        return (f"{report.label}: at most {report.peak_in_flight} requests in flight for {slots} slots (max_num_seqs): "
-                "none waited for a slot, so more replicas had no queue to take off it, only a share of the batch.")
-    return (f"{report.label}: up to {report.peak_in_flight} requests in flight for {slots} slots (max_num_seqs): the "
-            f"other {report.peak_in_flight - slots} waited in its queue for a slot.")
-
+        return (f"{head} for {slots} slots (max_num_seqs): none had to wait for a slot, so more replicas had no "
+                "queue to take off it, only a share of the batch.")
+    return (f"{head} for {slots} slots (max_num_seqs): at that moment at least {report.peak_in_flight - slots} of "
+            "them were not running, waiting in vLLM's queue or in its HTTP front end.")
 
 def replicas_needed(reports: Sequence[ClassReport]) -> int | None:
     """The fewest replicas whose report kept every student within target; None if none did.

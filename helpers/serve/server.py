@@ -130,9 +130,9 @@ class VLLMServer(ServerAccess):
         """Launch the server and block until it is ready; raise with the cause if it is not."""
         self.check_not_started()
         say = (lambda text: None) if quiet else progress_printer(time.monotonic())
+        standby.check_none_passed_over([self])
         if standby.hand_over(self, say):  # started ahead (helpers.serve.ahead): this object becomes that server
             return self
-        standby.check_none_passed_over([self])
         try:
             with process.interruptible():  # Ctrl-C in a cell with ``await`` too
                 self.check_before_launch(say)

@@ -66,18 +66,25 @@ def forget_stopped() -> None:
             del STANDING_BY[config]
 
 
-def check_none_passed_over(starting: Sequence[Any]) -> None:
+def check_none_passed_over(servers: Sequence[Any]) -> None:
     """Under the course's tests (``VLLM_COURSE_AUDIT_AHEAD=1``), raise :class:`~helpers.errors.StartedAheadUnusedError`
-    where ``starting`` (servers about to start afresh) would start while servers started ahead stand by unused,
-    naming the settings that differ; elsewhere nothing (a learner may start what they like)."""
-    forget_stopped()
-    if not STANDING_BY or not starting or os.environ.get(AUDIT_VARIABLE) != "1":
+    where some of ``servers`` (about to start: each is handed the standing-by server of its settings, or starts
+    afresh) would start afresh while servers started ahead (or put back by :func:`stand_by`) stand by unused,
+    naming the settings that differ; elsewhere nothing (a learner may start what they like). Asked before any
+    hand-over or launch, so a refusal stops nothing."""
+    if os.environ.get(AUDIT_VARIABLE) != "1":
         return
-    lines = [f"  {_differences(server.requested_config, ahead)}" for server in starting for ahead in STANDING_BY]
+    forget_stopped()
+    asked = {server.requested_config for server in servers}
+    fresh = [server for server in servers if server.requested_config not in STANDING_BY]
+    unused = [config for config in STANDING_BY if config not in asked]
+    if not fresh or not unused:
+        return
+    lines = [f"  {_differences(server.requested_config, ahead)}" for server in fresh for ahead in unused]
     raise StartedAheadUnusedError(
-        f"{len(starting)} server(s) start afresh while {len(STANDING_BY)} started ahead stand(s) by unused; "
-        "settings here against those started ahead:\n" + "\n".join(lines) + "\nMake the start_ahead entry "
-        "equal to the settings of the cell that uses it (this check runs under the course's tests).")
+        f"{len(fresh)} server(s) start afresh while {len(unused)} started ahead (or put back by stand_by) stand(s) "
+        "by unused; settings here against those standing by:\n" + "\n".join(lines) + "\nMake the start_ahead "
+        "entry equal to the settings of the cell that uses it (this check runs under the course's tests).")
 
 
 def _differences(here: ServerConfig, ahead: ServerConfig) -> str:

@@ -44,13 +44,13 @@ def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | Non
         raise ValueError(f"one label per server: got {len(labels)} labels for {len(servers)} servers.")
     for server in servers:  # before the try: a server already running must not be stopped by this refusal
         server.check_not_started()
+    if not ahead:
+        standby.check_none_passed_over(servers)
     began = time.monotonic()
     says = [(lambda text: None) if quiet else progress_printer(began, f"{label}: ") for label in labels]
     try:
         with process.interruptible():  # Ctrl-C in a cell with ``await`` too
             pending = [(server, say) for server, say in zip(servers, says) if not standby.hand_over(server, say)]
-            if not ahead:
-                standby.check_none_passed_over([server for server, _ in pending])
             starting_with = 0.0
             for server, say in pending:
                 server.check_before_launch(say, starting_with)
