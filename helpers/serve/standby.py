@@ -75,6 +75,8 @@ def check_none_passed_over(servers: Sequence[Any]) -> None:
     if os.environ.get(AUDIT_VARIABLE) != "1":
         return
     forget_stopped()
+    if not STANDING_BY:
+        return
     asked = {server.requested_config for server in servers}
     fresh = [server for server in servers if server.requested_config not in STANDING_BY]
     unused = [config for config in STANDING_BY if config not in asked]
