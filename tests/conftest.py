@@ -151,6 +151,11 @@ def leftovers_since(before: set[int], timeout: float) -> list[int]:
     return left
 
 
+def pytest_configure(config):
+    # After each notebook nbval runs, no server started ahead may stand by unclaimed (a plugin: see its docstring)
+    config.pluginmanager.import_plugin("tests.standby_audit")
+
+
 @pytest.fixture
 def no_server_left_behind():
     """Fails the test if it leaves a vLLM process of this session running."""

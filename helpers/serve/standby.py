@@ -10,7 +10,8 @@ their watchdog when the kernel dies.
 Under the course's tests (``VLLM_COURSE_AUDIT_AHEAD=1``, set by ``tests/conftest.py`` for every kernel nbval starts),
 :func:`check_none_passed_over` refuses a fresh start while servers started ahead stand by unused: a notebook whose
 ``start_ahead`` entry drifted from the settings of the cell that was to use it would otherwise pay a start it
-planned to save, and hold a second server's memory, without a word.
+planned to save, and hold a second server's memory, without a word. After a notebook's last cell the tests ask
+:func:`unclaimed` too: a server started ahead that no cell took over held its memory for nothing.
 """
 
 from __future__ import annotations
@@ -89,12 +90,45 @@ def check_none_passed_over(servers: Sequence[Any]) -> None:
         "entry equal to the settings of the cell that uses it (this check runs under the course's tests).")
 
 
+def unclaimed() -> list[str]:
+    """The servers standing by now, each as its settings (those not at their defaults) and its URL: at the end of
+    a notebook, the ones started ahead (or put back by :func:`stand_by`) that no later cell took over. Empty where
+    none; a server that died is dropped first. The course's tests ask it after a notebook's last cell.
+
+    >>> unclaimed()
+    []
+    """
+    forget_stopped()
+    return [f"{_settings(config)} at {server.base_url}" for config, server in STANDING_BY.items()]
+
+
+def _settings(config: ServerConfig) -> str:
+    """e.g. ``max_num_seqs=8, kv_cache_space_gib=0.5``: the settings not at their defaults (a key only named).
+
+    >>> _settings(ServerConfig(max_num_seqs=8, api_key="k")), _settings(ServerConfig())
+    ('max_num_seqs=8, api_key set', 'the default settings')
+    """
+    default = ServerConfig()
+    found = [_shown(field, getattr(config, field.name)) for field in fields(config)
+             if getattr(config, field.name) != getattr(default, field.name)]
+    return ", ".join(found) or "the default settings"
+
+
+def _shown(field: Any, value: Any) -> str:
+    """``name=value``, or for a field kept out of reprs (the API key) only that it is set."""
+    return f"{field.name}={value!r}" if field.repr else f"{field.name} set"
+
+
 def _differences(here: ServerConfig, ahead: ServerConfig) -> str:
-    """e.g. ``kv_cache_space_gib 0.5 here, 1.0 ahead``; the settings that differ, or "the same settings".
+    """e.g. ``kv_cache_space_gib 0.5 here, 1.0 ahead``; the settings that differ, or "the same settings". A field
+    kept out of reprs (the API key) is named, never shown.
 
     >>> _differences(ServerConfig(max_num_seqs=8), ServerConfig(max_num_seqs=64))
     'max_num_seqs 8 here, 64 ahead'
+    >>> _differences(ServerConfig(api_key="a-secret-key-1"), ServerConfig(api_key="a-secret-key-2"))
+    'api_key differs'
     """
-    found = [f"{field.name} {getattr(here, field.name)!r} here, {getattr(ahead, field.name)!r} ahead"
+    found = [f"{field.name} {getattr(here, field.name)!r} here, {getattr(ahead, field.name)!r} ahead" if field.repr
+             else f"{field.name} differs"
              for field in fields(here) if getattr(here, field.name) != getattr(ahead, field.name)]
     return "; ".join(found) or "the same settings"
