@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -25,17 +26,22 @@ EXPRESSION = ("(lambda standby: standby.unclaimed() if standby else [])"
 
 
 def unclaimed_in(kernel: Any) -> list[str]:
-    """What ``helpers.serve.standby.unclaimed()`` says in nbval's ``kernel`` (a ``RunningKernel``)."""
+    """What ``helpers.serve.standby.unclaimed()`` says in nbval's ``kernel`` (a ``RunningKernel``); raises
+    ``queue.Empty`` or ``TimeoutError`` when the kernel does not answer within ``ANSWER_S``, ``RuntimeError``
+    when its answer is not a list."""
     client = kernel.kc
     msg_id = client.execute("", silent=True, store_history=False, user_expressions={"unclaimed": EXPRESSION})
     deadline = time.monotonic() + ANSWER_S
     while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no answer within {ANSWER_S:.0f} s")
         reply = client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
         if reply["parent_header"].get("msg_id") == msg_id:
             break
     result = reply["content"].get("user_expressions", {}).get("unclaimed", {})
     if result.get("status") != "ok":
-        return [f"(the kernel could not say: {result.get('ename', 'no answer')}: {result.get('evalue', '')})"]
+        what = result.get("ename", reply["content"].get("status", "no answer"))
+        raise RuntimeError(f"{what}: {result.get('evalue', '')}")
     return ast.literal_eval(result["data"]["text/plain"])
 
 
@@ -52,14 +58,29 @@ def message(where: str, found: list[str]) -> str:
             + "\nMake each start_ahead entry equal the settings of a later cell's start; remove one no cell asks for.")
 
 
+FAILED: set[str] = set()  # notebooks with a failed cell, whose failure may be why a server stands by unclaimed
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        FAILED.add(report.nodeid.split("::", 1)[0])
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     """After the last cell of a notebook nbval runs, while its kernel still lives: an error on that cell where
-    servers started ahead still stand by."""
+    servers started ahead still stand by. Not asked where a cell of the notebook failed (the cell that was to take
+    the server over may be that one, and its own error says more); a kernel that cannot answer is a warning."""
     notebook = item.parent
     kernel = getattr(notebook, "kernel", None)  # nbval's RunningKernel; other items have none
     last = nextitem is None or nextitem.parent is not notebook
-    found = unclaimed_in(kernel) if last and kernel is not None and kernel.is_alive() else []
+    found: list[str] = []
+    if last and kernel is not None and kernel.is_alive() and notebook.nodeid not in FAILED:
+        try:  # raising here, before the yield, would skip the notebook's teardown and leave its kernel running
+            found = unclaimed_in(kernel)
+        except Exception as error:
+            warnings.warn(f"{notebook.nodeid}: could not ask its kernel what stands by ({type(error).__name__}: "
+                          f"{error}); the check after its last cell did not run.", stacklevel=1)
     try:
         return (yield)
     finally:

@@ -55,12 +55,20 @@ def shown(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
+# A last cell for each lab: what tests/standby_audit.py checks after a notebook nbval runs (nothing started ahead
+# still stands by), since make test runs the labs here, through nbclient
+UNCLAIMED_CHECK = ("from helpers.serve.standby import unclaimed\n"
+                   "assert not unclaimed(), f'started ahead, taken over by no cell: {unclaimed()}'")
+
+
 def run_filled(name: str) -> tuple[dict[str, str], list[str]]:
-    """Execute the filled learner lab (a cell that raises fails the test: nbclient's CellExecutionError);
-    each code cell's shown text by cell id, and every verdict line the checks printed, in order."""
+    """Execute the filled learner lab (a cell that raises fails the test: nbclient's CellExecutionError), with
+    :data:`UNCLAIMED_CHECK` as its last cell; each code cell's shown text by cell id, and every verdict line the
+    checks printed, in order."""
     from nbclient import NotebookClient
 
     notebook = fill(name, both=True)
+    notebook.cells.append(nbformat.v4.new_code_cell(UNCLAIMED_CHECK))  # the labs run here, not under nbval's audit
     NotebookClient(notebook, timeout=900, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT / "labs")}}).execute()
     outputs = {cell.get("id"): shown(cell) for cell in notebook.cells if cell.cell_type == "code"}

@@ -54,6 +54,22 @@ def test_a_server_taken_over_or_none_at_all_passes(tmp_path):
         assert "started ahead" not in run.stdout
 
 
+def test_a_notebook_with_a_failed_cell_gets_that_failure_and_no_second_error(tmp_path):
+    # the failed cell may be the one that was to take the server over: its own error says more than the audit's
+    run = run_nbval(tmp_path, "failed", STAND_BY, "raise ValueError('this cell fails')", "print('the last cell')")
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert "this cell fails" in run.stdout and "started ahead" not in run.stdout
+    assert "1 failed, 2 passed" in run.stdout
+
+
+def test_a_kernel_that_cannot_answer_is_a_warning_and_the_notebook_still_tears_down(tmp_path):
+    broken = STAND_BY + "\nimport helpers.serve.standby as standby\nstandby.unclaimed = lambda: 1 / 0"
+    run = run_nbval(tmp_path, "mute", broken, "print('the last cell')")
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert "could not ask its kernel what stands by (RuntimeError: ZeroDivisionError" in run.stdout
+    assert "2 passed, 1 warning" in run.stdout
+
+
 def test_make_test_loads_the_audit(request):
     assert request.config.pluginmanager.has_plugin("tests.standby_audit")
 
