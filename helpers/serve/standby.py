@@ -108,9 +108,7 @@ def _settings(config: ServerConfig) -> str:
     >>> _settings(ServerConfig(max_num_seqs=8, api_key="k")), _settings(ServerConfig())
     ('max_num_seqs=8, api_key set', 'the default settings')
     """
-    default = ServerConfig()
-    found = [_shown(field, getattr(config, field.name)) for field in fields(config)
-             if getattr(config, field.name) != getattr(default, field.name)]
+    found = [_shown(field, getattr(config, field.name)) for field in _differing(config, ServerConfig())]
     return ", ".join(found) or "the default settings"
 
 
@@ -130,5 +128,10 @@ def _differences(here: ServerConfig, ahead: ServerConfig) -> str:
     """
     found = [f"{field.name} {getattr(here, field.name)!r} here, {getattr(ahead, field.name)!r} ahead" if field.repr
              else f"{field.name} differs"
-             for field in fields(here) if getattr(here, field.name) != getattr(ahead, field.name)]
+             for field in _differing(here, ahead)]
     return "; ".join(found) or "the same settings"
+
+
+def _differing(one: ServerConfig, other: ServerConfig) -> list[Any]:
+    """The fields whose values differ between two settings, in the order ``ServerConfig`` declares them."""
+    return [field for field in fields(one) if getattr(one, field.name) != getattr(other, field.name)]
