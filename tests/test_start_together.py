@@ -6,6 +6,7 @@ import psutil
 import pytest
 
 from helpers.errors import NotEnoughMemoryError
+from helpers.hardware import detect_device
 from helpers.serve import live
 from helpers.serve.preflight import SERVER_RSS_GIB
 from helpers.serve.server import VLLMServer
@@ -38,8 +39,6 @@ def test_two_servers_start_together_on_ports_of_their_own_and_both_answer(capsys
 
 
 def test_servers_that_fit_one_at_a_time_but_not_together_are_refused_before_any_launch():
-    from helpers.hardware import detect_device
-
     free_gib = psutil.virtual_memory().available / 2**30
     if detect_device() != "cpu" or free_gib < 5:
         pytest.skip("the CPU memory check, on a CPU with room for one server of at least 0.25 GiB of pool")
@@ -54,6 +53,14 @@ def test_servers_that_fit_one_at_a_time_but_not_together_are_refused_before_any_
 def test_one_label_per_server():
     with pytest.raises(ValueError, match="one label per server"):
         start_together([VLLMServer(), VLLMServer()], labels=["only one"])
+
+
+def test_servers_not_yet_launched_are_judged_by_the_device_they_will_choose():
+    # notebook 06 says how its replicas will start before they are launched; it once said "one after the other"
+    # on a CPU, because a server learns its device only in its checks before launch
+    servers = [VLLMServer(max_num_seqs=2) for _ in range(2)]
+    assert all(server.device is None for server in servers)
+    assert starts_at_once(servers) is (detect_device() == "cpu")
 
 
 @pytest.mark.server

@@ -110,6 +110,13 @@ def test_saturation_is_bracketed_per_setting_and_estimated_from_the_overloaded_p
     assert "not at 2 req/s" in found["seqs=4"].describe()
 
 
+def test_a_rate_kept_up_at_or_above_what_the_overloaded_rates_served_is_called_the_knee():
+    at_knee = MeasuredSaturation("seqs=8", last_kept_up=2.146, first_not=3.219, estimate=2.06)
+    below = MeasuredSaturation("seqs=8", last_kept_up=1.288, first_not=2.146, estimate=2.06)
+    assert "2.146 req/s is no less: that rate sat at the knee" in at_knee.describe()
+    assert "knee" not in below.describe()
+
+
 def test_a_lucky_point_above_the_first_overloaded_one_does_not_move_the_bracket_up():
     found = measured_saturation([point(1.0, 1.0), point(2.0, 1.3), point(3.0, 2.9)])["seqs=4"]
     assert (found.last_kept_up, found.first_not) == (1.0, 2.0)

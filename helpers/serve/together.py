@@ -25,8 +25,9 @@ from helpers.serve.server import POLL_S, STARTING_GRACE_S, VLLMServer, progress_
 
 
 def starts_at_once(servers: Sequence[VLLMServer]) -> bool:
-    """Whether :func:`start_together` launches these servers at once (all on a CPU) or one after the other."""
-    return all(server.device == "cpu" for server in servers)
+    """Whether :func:`start_together` launches these servers at once (all on a CPU) or one after the other.
+    Asked before launch too, where a server has not yet chosen its device: then it is chosen the same way."""
+    return all((server.device or preflight.choose_device(server.config)) == "cpu" for server in servers)
 
 
 def start_together(servers: Sequence[VLLMServer], *, labels: Sequence[str] | None = None,
