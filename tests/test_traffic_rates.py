@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,7 @@ from helpers.load.client import RequestRecord
 from helpers.load.run import LoadTestRun, ServerFacts
 from helpers.load.slo import SLO
 from helpers.traffic.backlog import pace, ttft_growth
+from helpers.traffic.bracket import bracketing_rate, why_bracketed
 from helpers.traffic.rates import (
     GROWTH_LIMIT,
     MeasuredSaturation,
@@ -31,7 +33,7 @@ from helpers.traffic.rates import (
     save_rate_sweep,
     slo_table,
 )
-from helpers.traffic.sweep import bracketing_rate, check_rates, sweep_rates
+from helpers.traffic.sweep import check_rates, sweep_rates
 
 
 def point(rate, achieved, *, setting="seqs=4", ok=20, n=20, status="ok", latencies=None):
@@ -136,6 +138,20 @@ def test_a_sweep_that_missed_the_knee_is_bracketed_by_one_rate_beyond_it_and_a_b
     # rate could repeat it
     assert bracketing_rate([point(1.0, 1.0), point(1.5, 1.5), not_run("seqs=4", 3.0, 1.0, 20, "time bound")]) is None
     assert bracketing_rate([point(1.0, 1.0, ok=0, latencies=()), point(2.0, 0.7), point(4.0, 0.8)]) is None
+
+
+def test_a_lightest_rate_that_kept_up_while_its_requests_mostly_queued_is_bracketed_from_below():
+    # lab 2 on an H100, 2026-12-07, 64 slots: 98.8 req/s kept up on TTFT growth, yet each request waited 1.79 s of its
+    # 2.90 s end to end in vLLM's queue; the default SLO built from it came out at 5.4 s
+    queued = replace(point(98.8, 98.8), queue_mean_s=1.79, e2e_p50_s=2.90)
+    overloaded = [replace(point(r, 120.0), queue_mean_s=5.0, e2e_p50_s=6.0) for r in (164.7, 247.0)]
+    assert queued.keeps_up and bracketing_rate([queued, *overloaded]) == 49.4
+    assert "queued its requests for 1.8 s of 2.9 s" in why_bracketed([queued, *overloaded], 49.4)
+    light = replace(queued, queue_mean_s=0.04, e2e_p50_s=0.30)
+    assert bracketing_rate([light, *overloaded]) is None  # bracketed: a light rate below an overloaded one
+    assert bracketing_rate([replace(queued, queue_mean_s=None), *overloaded]) is None  # no queue figure: as before
+    # every rate kept up but the lightest queued: half the lowest, as a rate above would find no knee it has not sat at
+    assert bracketing_rate([queued, replace(point(150.0, 150.0), queue_mean_s=1.0, e2e_p50_s=2.0)]) == 49.4
 
 
 # ----- SLOs ----------------------------------------------------------------------------------------------------

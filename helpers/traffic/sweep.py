@@ -17,11 +17,10 @@ the sweep at once: the point it died in is ``"failed: server died ..."``, the re
 after every rate, the rates not yet reached marked not run, so a kernel stopped mid-sweep still
 leaves a true file. Everything is checked before a request is sent.
 
-Bracketing (``bracket=True``): a sweep planned from a prediction can miss the knee, every rate kept up
-(a CPU slower than its clock) or none did (lab 2 on an H100, whose front end the clock cannot see, served
-0.56x the predicted rate). Then one more rate is run, within the same time bound: twice the highest
-planned rate, or half the lowest (:func:`bracketing_rate`), so the sweep holds a rate kept up below one
-that was not, and an overloaded rate to estimate what the server serves.
+Bracketing (``bracket=True``): a sweep planned from a prediction can miss the knee: every rate kept up, none
+did, or the lightest was already queueing (:mod:`helpers.traffic.bracket`). Then one more rate is run, within
+the same time bound: twice the highest planned rate, or half the lowest, so the sweep holds a light rate
+below the knee and an overloaded one to estimate what the server serves.
 
 Example::
 
@@ -50,11 +49,10 @@ from helpers.load.slo import SLO
 from helpers.load.warmup import warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload, check_server
 from helpers.serve.process import death_of
+from helpers.traffic.bracket import MIN_REQUESTS, arrivals_in, bracketing_rate, extra_requests, why_bracketed
 from helpers.traffic.rates import RatePoint, describe_point, not_run, rate_point, save_rate_sweep
 
 MIN_DRAIN_S = 5.0  # seconds the last arrival's request gets, at least, before the time limit
-MIN_REQUESTS = 3  # per rate: fewer give no completion rate (helpers.traffic.rates.pace)
-BRACKET_STEP = 2.0  # bracketing's extra rate: this times the highest planned rate, or the lowest over it
 # MAX_REQUESTS (helpers.load.run) bounds each rate's count too, whatever the duration asked for: a rate is one run
 START_AGAIN = ("a cell that has finished with its server stops it (and may set it to None): run the cell that "
                "starts the server again (or start one: server = start_server(...)), then this one")
@@ -139,55 +137,13 @@ async def sweep_rates(
         if extra is not None:
             plan.append((extra, extra_requests(extra, num_requests, duration_s)))
             points.append(not_run(label, extra, burstiness, plan[-1][1], PENDING))
-            _report(quiet, f"  {label}: {'every rate kept up' if extra > rates[-1] else 'no rate kept up'}; "
-                           f"one more at {extra:g} req/s, to bracket where it stops keeping up")
+            _report(quiet, f"  {label}: {why_bracketed(points, extra)}")
         if out_path is not None:
             save_rate_sweep(_by_rate(points), out_path, **about)
     points = _by_rate(points)
     if out_path is not None:
         save_rate_sweep(points, out_path, **about)
     return points
-
-
-def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
-    """The rate that brackets a sweep's knee: ``BRACKET_STEP`` times the highest rate when every rate judged
-    (:attr:`RatePoint.keeps_up`) kept up, the lowest over ``BRACKET_STEP`` when none did; None when one rate
-    kept up and another did not, or when the end rate it would go past was not judged (not run, failed, or too
-    few answers: what it would have shown is unknown, and the extra rate could repeat a planned one).
-
-    >>> def point(rate, kept):  # four requests sent 1 s apart whose TTFT grows 0 or 1 s a second
-    ...     return RatePoint("s", rate, 1.0, 4, num_ok=4, sent_s=(0, 1, 2, 3),
-    ...                      latencies=tuple((0.1 + (0 if kept else s), 1.0, 16) for s in range(4)))
-    >>> bracketing_rate([point(1, True), point(2, True)]), bracketing_rate([point(1, False), point(2, False)])
-    (4.0, 0.5)
-    >>> bracketing_rate([point(1, True), point(2, False)]) is None
-    True
-    """
-    judged = [p for p in points if p.keeps_up is not None]
-    if not judged or len({p.keeps_up for p in judged}) > 1:
-        return None
-    rates = [p.offered_rate for p in points]
-    if judged[0].keeps_up:
-        top = max(p.offered_rate for p in judged)
-        return round(top * BRACKET_STEP, 3) if top == max(rates) else None
-    bottom = min(p.offered_rate for p in judged)
-    return round(bottom / BRACKET_STEP, 3) if bottom == min(rates) else None
-
-
-def extra_requests(rate: float, num_requests: int | None, duration_s: float | None) -> int:
-    """Requests at bracketing's extra rate: as many as each planned rate (``num_requests``), or ``duration_s`` of
-    arrivals, capped at ``MAX_REQUESTS`` where a planned rate would be refused: 20 s at 3x an H100's predicted 174
-    requests/s (64 slots) is 10,400, and the rates already measured must not be lost to a refusal.
-
-    >>> extra_requests(520.9, None, 20) == MAX_REQUESTS, extra_requests(0.1, None, 10), extra_requests(9.0, 4, None)
-    (True, 3, 4)
-    """
-    return num_requests if num_requests is not None else min(MAX_REQUESTS, _arrivals_in(duration_s, rate))
-
-
-def _arrivals_in(duration_s: float, rate: float) -> int:
-    """Requests in ``duration_s`` seconds of arrivals at ``rate``, at least ``MIN_REQUESTS``."""
-    return max(MIN_REQUESTS, round(rate * duration_s))
 
 
 def _by_rate(points: list[RatePoint]) -> list[RatePoint]:
@@ -282,7 +238,7 @@ def _request_counts(rates: tuple[float, ...], num_requests: Any, duration_s: Any
         counts = [n] * len(rates)
     else:
         duration_s = validate.positive_number(duration_s, "duration_s", unit="seconds")
-        counts = [_arrivals_in(duration_s, rate) for rate in rates]
+        counts = [arrivals_in(duration_s, rate) for rate in rates]
     if max(counts) > MAX_REQUESTS:
         raise validate.InvalidArgumentError(
             f"{max(counts):,} requests at one rate is more than the sweep's bound of {MAX_REQUESTS:,}; "
