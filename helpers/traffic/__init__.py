@@ -5,6 +5,7 @@ Modules (each listed as it lands):
 - ``rates``: one point per (setting, offered rate), saturation measured, the best rate under an SLO, the sweep file (pure);
 - ``backlog``: is a rate's queue growing: TTFT's slope against send time, and the pace of arrivals and completions (pure);
 - ``sweep``: a request-rate sweep of open-loop traffic on one running server, bounded in time (I/O);
+- ``bracket``: the one rate a sweep adds where its planned rates missed the knee (pure);
 - ``token_budget``: ``--max-num-batched-tokens`` against long prompts among short decodes, a server per budget (I/O);
 - ``saturation_model``: the rate past which the queue grows, from notebook 04's step-time model on paper
   and by simulation, and which term explains a measured one (pure);
