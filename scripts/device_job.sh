@@ -7,7 +7,7 @@
 #                           then runs instead of the checkout as it is
 #   start "STEPS" [VAR=VAL ...]   unpack the staged vLLM once, copy the checkout to /tmp/course, run the steps there
 #   wait                    wait for the running job
-# start and wait: WAIT_S (default 560) bounds the wait; $OUT gets job.log and gpu.tgz (build/gpu, build/tuning, build/route).
+# start and wait: WAIT_S (default 560) bounds the wait; $OUT gets job.log and gpu.tgz (build/gpu, build/tuning, build/route, build/lab2: lab 2's sweep files).
 # Back here: tar xzf the last gpu.tgz, then python scripts/import_gpu_runs.py build/gpu/... for the executed copies.
 set -uo pipefail
 began=$(date +%s)
@@ -41,5 +41,5 @@ running && echo "JOB STILL RUNNING: call wait again at once" || echo "JOB FINISH
 grep -v "WARNING\|Warning" "$job/log" | tail -60
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 cp "$job/log" "$OUT/job.log"
-(cd /tmp/course && tar czf "$OUT/gpu.tgz" $(ls -d build/gpu build/tuning build/route 2>/dev/null))
+(cd /tmp/course && tar czf "$OUT/gpu.tgz" $(ls -d build/gpu build/tuning build/route build/lab2 2>/dev/null))
 ls -la "$OUT"
