@@ -115,7 +115,7 @@ def test_saturation_is_bracketed_per_setting_and_estimated_from_the_overloaded_p
 def test_a_rate_kept_up_at_or_above_what_the_overloaded_rates_served_is_called_the_knee():
     at_knee = MeasuredSaturation("seqs=8", last_kept_up=2.146, first_not=3.219, estimate=2.06)
     below = MeasuredSaturation("seqs=8", last_kept_up=1.288, first_not=2.146, estimate=2.06)
-    assert "2.146 req/s is no less: that rate sat at the knee" in at_knee.describe()
+    assert "2.146 req/s is no less: that rate sat at the knee or past it" in at_knee.describe()
     assert "knee" not in below.describe()
 
 
@@ -150,8 +150,8 @@ def test_a_lightest_rate_that_kept_up_while_its_requests_mostly_queued_is_bracke
     light = replace(queued, queue_mean_s=0.04, e2e_p50_s=0.30)
     assert bracketing_rate([light, *overloaded]) is None  # bracketed: a light rate below an overloaded one
     assert bracketing_rate([replace(queued, queue_mean_s=None), *overloaded]) is None  # no queue figure: as before
-    # every rate kept up but the lightest queued: half the lowest, as a rate above would find no knee it has not sat at
-    assert bracketing_rate([queued, replace(point(150.0, 150.0), queue_mean_s=1.0, e2e_p50_s=2.0)]) == 49.4
+    # every rate kept up, the lightest queued or not: twice the highest, as the one extra rate must find the knee
+    assert bracketing_rate([queued, replace(point(150.0, 150.0), queue_mean_s=1.0, e2e_p50_s=2.0)]) == 300.0
 
 
 # ----- SLOs ----------------------------------------------------------------------------------------------------

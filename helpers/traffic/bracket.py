@@ -7,7 +7,9 @@ its requests waited in vLLM's queue for most of their time, but no longer at the
 on an H100 at 64 slots, 2026-12-07: 98.8 req/s, TTFT p50 2.21 s of an end-to-end 2.90 s, 1.79 s of it queued).
 A light-load baseline taken there is not light, and lab 2's default SLO, built from it, came out loose
 (TTFT 5.4 s). :func:`bracketing_rate` gives the one rate that closes the gap: twice the highest planned rate,
-or half the lowest. Used by :func:`helpers.traffic.sweep.sweep_rates` with ``bracket=True``.
+or half the lowest. It is one rate, not two: where every rate kept up it goes up even if the lightest was
+queueing, since without an overloaded rate there is no saturation to measure. Used by
+:func:`helpers.traffic.sweep.sweep_rates` with ``bracket=True``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ def mostly_queued(point: RatePoint) -> bool:
 
 def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
     """The rate that brackets a sweep's knee: ``BRACKET_STEP`` times the highest rate when every rate judged
-    (:attr:`RatePoint.keeps_up`) kept up; the lowest over ``BRACKET_STEP`` when none did, or when the lowest
-    kept up but was :func:`mostly_queued`; otherwise None, and None when the end rate it would go past was not
+    (:attr:`RatePoint.keeps_up`) kept up; the lowest over ``BRACKET_STEP`` when none did, or when some did not
+    and the lowest kept up but was :func:`mostly_queued`; otherwise None, and None when the end rate it would go past was not
     judged (not run, failed, or too few answers: what it would have shown is unknown, and the extra rate could
     repeat a planned one).
 
@@ -57,7 +59,7 @@ def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
         return None
     rates = [p.offered_rate for p in points]
     lowest = min(judged, key=lambda p: p.offered_rate)
-    if all(p.keeps_up for p in judged) and not mostly_queued(lowest):
+    if all(p.keeps_up for p in judged):  # first find the knee: the one extra rate goes up, queued lowest or not
         top = max(p.offered_rate for p in judged)
         return round(top * BRACKET_STEP, 3) if top == max(rates) else None
     if lowest.keeps_up and not mostly_queued(lowest):

@@ -200,8 +200,8 @@ class MeasuredSaturation:
         text = (f"{self.setting}: {kept}not at {self.first_not:g} req/s; it serves about "
                 f"{self.estimate:.2f} req/s when overloaded")
         if self.last_kept_up is not None and self.last_kept_up >= self.estimate:  # a short run at the knee itself
-            text += (f" ({self.last_kept_up:g} req/s is no less: that rate sat at the knee, where over a run this "
-                     "short the queue had not yet grown past the keep-up limit)")
+            text += (f" ({self.last_kept_up:g} req/s is no less: that rate sat at the knee or past it, where over a "
+                     "run this short the queue had not yet grown past the keep-up limit)")
         return text
 
 

@@ -84,7 +84,7 @@ async def sweep_rates(
     spelling ``"ttft:500 tpot:50"`` (ms), for each point's goodput. ``setting_label``: default
     ``"max_num_seqs=N"`` from the server. Prompts cycle through ``prompt_lens`` tokens, each
     answer ``output_tokens`` long. Prints one line per rate unless ``quiet``. ``bracket``: one more rate
-    where the planned ones all kept up or none did (module docstring).
+    where the planned ones all kept up, none did, or the lowest was already queueing (module docstring).
     In a notebook ``points = await sweep_rates(...)``; in a script ``asyncio.run(sweep_rates(...))``.
     """
     check_up(server, START_AGAIN)
