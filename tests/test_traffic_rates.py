@@ -25,7 +25,6 @@ from helpers.traffic.rates import (
     MeasuredSaturation,
     RatePoint,
     best_rate_under_slo,
-    describe_point,
     load_rate_sweep,
     measured_saturation,
     not_run,
@@ -33,7 +32,7 @@ from helpers.traffic.rates import (
     save_rate_sweep,
     slo_table,
 )
-from helpers.traffic.sweep import check_rates, sweep_rates
+from helpers.traffic.sweep import check_rates, describe_point, sweep_rates
 
 
 def point(rate, achieved, *, setting="seqs=4", ok=20, n=20, status="ok", latencies=None):
@@ -117,6 +116,16 @@ def test_a_rate_kept_up_at_or_above_what_the_overloaded_rates_served_is_called_t
     below = MeasuredSaturation("seqs=8", last_kept_up=1.288, first_not=2.146, estimate=2.06)
     assert "2.146 req/s is no less: that rate sat at the knee or past it" in at_knee.describe()
     assert "knee" not in below.describe()
+
+
+def test_a_rate_kept_up_that_completed_more_than_the_overloaded_ones_is_said_so():
+    # SmolLM2 on an H200, 2026-12-07, 8 slots: 30 req/s kept up completing 26.49 req/s, 45 req/s completed 19.96
+    found = measured_saturation([point(18.0, 17.1), point(30.0, 26.49, latencies=((0.3, 2.0, 16),) * 20),
+                                 point(45.0, 19.96)])["seqs=4"]
+    assert (found.last_kept_up, found.first_not, found.estimate, found.kept_completed) == (30.0, 45.0, 19.96, 26.49)
+    assert "at 30 req/s it completed 26.49 req/s, more than when overloaded" in found.describe()
+    near = measured_saturation([point(1.0, 1.0), point(2.0, 1.3), point(3.0, 1.35)])["seqs=4"]
+    assert near.kept_completed == 1.0 and "more than when overloaded" not in near.describe()
 
 
 def test_a_lucky_point_above_the_first_overloaded_one_does_not_move_the_bracket_up():

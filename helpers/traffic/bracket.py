@@ -40,9 +40,9 @@ def mostly_queued(point: RatePoint) -> bool:
 def bracketing_rate(points: Sequence[RatePoint]) -> float | None:
     """The rate that brackets a sweep's knee: ``BRACKET_STEP`` times the highest rate when every rate judged
     (:attr:`RatePoint.keeps_up`) kept up; the lowest over ``BRACKET_STEP`` when none did, or when some did not
-    and the lowest kept up but was :func:`mostly_queued`; otherwise None, and None when the end rate it would go past was not
-    judged (not run, failed, or too few answers: what it would have shown is unknown, and the extra rate could
-    repeat a planned one).
+    and the lowest kept up but was :func:`mostly_queued`; otherwise None, and None when the end rate it would go
+    past was not judged (not run, failed, or too few answers: what it would have shown is unknown, and the extra
+    rate could repeat a planned one).
 
     >>> def point(rate, kept, queued=0.0):  # four requests sent 1 s apart whose TTFT grows 0 or 1 s a second
     ...     return RatePoint("s", rate, 1.0, 4, num_ok=4, sent_s=(0, 1, 2, 3), queue_mean_s=queued, e2e_p50_s=1.0,

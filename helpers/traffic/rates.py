@@ -15,15 +15,14 @@ burst of arrivals or one slow request tilts a few of those slopes, not their med
 while its growth is at most :data:`GROWTH_LIMIT` and no request failed. Why not compare rates: a point's
 *completion rate* (1 / the slope of its sorted completion times against their rank, :func:`~helpers.traffic.backlog.pace`) and its
 *arrival rate* (the same of its send times) are plotted, but over the 10-30 requests of a CPU point a
-backlog that grows still lets completions keep pace for a while (a run of 2026-12-02 sent 1.56 req/s,
-completed 1.46, and its last requests waited 8 s against 2.4 s for its first). "Completed / wall time"
-(``vllm bench serve``'s request throughput) is worse: the wall time includes the last request's latency,
-seconds on a 2-core CPU. vLLM's own queue time misses it on a GPU with a large ``--max-num-seqs``, whose
-batch absorbs the load until every slot is taken: requests slow down without queueing. What no criterion
-can tell apart: a machine slowed by other programs during a point (a shared CPU) also finishes requests
-late; such a point shows slow tokens (TPOT) with nothing queued, and a high ``load_avg_1m``.
-:func:`measured_saturation` brackets the rate where keeping up stops and estimates it as the completion
-rate of the overloaded points (the rate the server serves when it is the limit).
+backlog that grows still lets completions keep pace for a while (2026-12-02: sent 1.56 req/s, completed
+1.46, its last requests waited 8 s, its first 2.4 s). "Completed / wall time" (``vllm bench serve``'s) is
+worse: the wall time includes the last request's latency. vLLM's own queue time misses it on a GPU with a large
+``--max-num-seqs``, whose batch absorbs the load until every slot is taken. No criterion tells apart a machine
+slowed by other programs (a shared CPU: slow tokens, nothing queued, a high ``load_avg_1m``).
+:func:`measured_saturation` brackets the rate where keeping up stops and estimates what the server serves
+as the overloaded points' completion rate (on a GPU whose front end is the limit it serves less the further it is
+overloaded: SmolLM2 on an H200, 2026-12-07, completed 26.5 req/s at a rate it kept up with, 20 past it).
 
 **Meeting an SLO.** A point meets an SLO when at least :data:`SLO_SHARE` (95%) of its requests
 were good (succeeded within every limit), i.e. the p95 of each limited latency is within its limit;
@@ -47,7 +46,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
@@ -64,6 +63,7 @@ from helpers.traffic.backlog import pace, ttft_growth
 
 FORMAT = "vllm-course/rate-sweep/1"
 GROWTH_LIMIT = 0.2  # s of TTFT gained per s of arrivals: above it, the queue grows (the point is past saturation)
+OVERLOAD_LOSS = 1.1  # a kept-up rate that completed more than this times the overloaded estimate: said so
 SLO_SHARE = 0.95  # share of requests that must be good for a point to meet an SLO (a p95 within limits)
 OK = "ok"
 
@@ -186,12 +186,14 @@ def rate_point(run: Any, before: Any, after: Any, *, setting: str, offered_rate:
 class MeasuredSaturation:
     """Where a setting stopped keeping up: the last offered rate it kept up with, the first it did not
     (None: not reached, or not below the lowest rate measured), and ``estimate``, the median completion
-    rate of the overloaded points (None when none was overloaded); requests per second."""
+    rate of the overloaded points (None when none was overloaded); requests per second. ``kept_completed``: what
+    the last rate kept up with completed, where measured."""
 
     setting: str
     last_kept_up: float | None
     first_not: float | None
     estimate: float | None
+    kept_completed: float | None = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         if self.first_not is None:
@@ -202,6 +204,9 @@ class MeasuredSaturation:
         if self.last_kept_up is not None and self.last_kept_up >= self.estimate:  # a short run at the knee itself
             text += (f" ({self.last_kept_up:g} req/s is no less: that rate sat at the knee or past it, where over a "
                      "run this short the queue had not yet grown past the keep-up limit)")
+        if self.kept_completed is not None and self.kept_completed > OVERLOAD_LOSS * self.estimate:
+            text += (f"; at {self.last_kept_up:g} req/s it completed {self.kept_completed:.2f} req/s, more than when "
+                     "overloaded: this server served less the further past its knee it was driven")
         return text
 
 
@@ -217,8 +222,10 @@ def measured_saturation(points: Sequence[RatePoint]) -> dict[str, MeasuredSatura
         first_not = min((rate for rate, _ in overloaded), default=None)
         kept_rates = [rate for rate, kept, _ in judged if kept and (first_not is None or rate < first_not)]
         estimate = float(np.median([achieved for _, achieved in overloaded])) if overloaded else None
-        found[setting] = MeasuredSaturation(setting, max(kept_rates, default=None), first_not,
-                                            None if estimate is None else round(estimate, 9))
+        last = max(kept_rates, default=None)
+        completed = next((achieved for rate, _, achieved in judged if rate == last), None)
+        found[setting] = MeasuredSaturation(setting, last, first_not, None if estimate is None else round(estimate, 9),
+                                            kept_completed=completed)
     return found
 
 
@@ -268,18 +275,6 @@ def load_rate_sweep(path: Path | str) -> tuple[list[RatePoint], dict[str, Any]]:
     except (KeyError, TypeError, ValueError) as error:
         raise ResultsFileError(f"{path} is a damaged rate-sweep file ({type(error).__name__}: {error}). "
                                f"{remedy}") from error
-
-
-def describe_point(point: RatePoint) -> str:
-    """One line per point: achieved rate, p50/p95 TTFT and end-to-end, queueing, errors; or its status."""
-    head = f"  {point.setting}, {point.offered_rate:g} req/s"
-    if point.achieved_rate is None or point.ttft_p50_s is None:
-        return f"{head}: {point.status}, {point.num_ok} of {point.num_requests} requests finished"
-    queue = f", queued {point.queue_mean_s:.2f} s" if point.queue_mean_s is not None else ""
-    line = (f"{head}: completes {point.achieved_rate:.2f} req/s, TTFT p50/p95 {point.ttft_p50_s:.2f}/"
-            f"{point.ttft_p95_s:.2f} s, e2e p50/p95 {point.e2e_p50_s:.2f}/{point.e2e_p95_s:.2f} s{queue}, "
-            f"errors {point.num_requests - point.num_ok}")
-    return line if point.ran else f"{line} ({point.status})"
 
 
 def _met(slo: SLO, ttft_s: float | None, e2e_s: float | None, tokens: int) -> bool:

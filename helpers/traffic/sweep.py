@@ -50,7 +50,7 @@ from helpers.load.warmup import warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload, check_server
 from helpers.serve.process import death_of
 from helpers.traffic.bracket import MIN_REQUESTS, arrivals_in, bracketing_rate, extra_requests, why_bracketed
-from helpers.traffic.rates import RatePoint, describe_point, not_run, rate_point, save_rate_sweep
+from helpers.traffic.rates import RatePoint, not_run, rate_point, save_rate_sweep
 
 MIN_DRAIN_S = 5.0  # seconds the last arrival's request gets, at least, before the time limit
 # MAX_REQUESTS (helpers.load.run) bounds each rate's count too, whatever the duration asked for: a rate is one run
@@ -144,6 +144,18 @@ async def sweep_rates(
     if out_path is not None:
         save_rate_sweep(points, out_path, **about)
     return points
+
+
+def describe_point(point: RatePoint) -> str:
+    """One line per point: achieved rate, p50/p95 TTFT and end-to-end, queueing, errors; or its status."""
+    head = f"  {point.setting}, {point.offered_rate:g} req/s"
+    if point.achieved_rate is None or point.ttft_p50_s is None:
+        return f"{head}: {point.status}, {point.num_ok} of {point.num_requests} requests finished"
+    queue = f", queued {point.queue_mean_s:.2f} s" if point.queue_mean_s is not None else ""
+    line = (f"{head}: completes {point.achieved_rate:.2f} req/s, TTFT p50/p95 {point.ttft_p50_s:.2f}/"
+            f"{point.ttft_p95_s:.2f} s, e2e p50/p95 {point.e2e_p50_s:.2f}/{point.e2e_p95_s:.2f} s{queue}, "
+            f"errors {point.num_requests - point.num_ok}")
+    return line if point.ran else f"{line} ({point.status})"
 
 
 def _by_rate(points: list[RatePoint]) -> list[RatePoint]:
