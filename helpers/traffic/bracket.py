@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from helpers.load.run import MAX_REQUESTS
 from helpers.traffic.rates import RatePoint
 
 BRACKET_STEP = 2.0  # the extra rate: this times the highest planned rate, or the lowest over it
-MIN_REQUESTS = 3  # per rate: fewer give no completion rate (helpers.traffic.rates.pace)
 QUEUED_SHARE = 0.5  # a lightest rate whose requests spent more than this share of their time queued is no baseline
 
 
@@ -83,19 +81,3 @@ def why_bracketed(points: Sequence[RatePoint], extra: float) -> str:
                 f"{lowest.queue_mean_s:.2g} s of {lowest.e2e_p50_s:.2g} s end to end; one more at {extra:g} req/s, "
                 "for light load")
     return f"no rate kept up; one more at {extra:g} req/s, to bracket where it stops keeping up"
-
-
-def extra_requests(rate: float, num_requests: int | None, duration_s: float | None) -> int:
-    """Requests at bracketing's extra rate: as many as each planned rate (``num_requests``), or ``duration_s`` of
-    arrivals, capped at ``MAX_REQUESTS`` where a planned rate would be refused: 20 s at 3x an H100's predicted 174
-    requests/s (64 slots) is 10,400, and the rates already measured must not be lost to a refusal.
-
-    >>> extra_requests(520.9, None, 20) == MAX_REQUESTS, extra_requests(0.1, None, 10), extra_requests(9.0, 4, None)
-    (True, 3, 4)
-    """
-    return num_requests if num_requests is not None else min(MAX_REQUESTS, arrivals_in(duration_s, rate))
-
-
-def arrivals_in(duration_s: float, rate: float) -> int:
-    """Requests in ``duration_s`` seconds of arrivals at ``rate``, at least ``MIN_REQUESTS``."""
-    return max(MIN_REQUESTS, round(rate * duration_s))

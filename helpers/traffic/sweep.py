@@ -49,10 +49,11 @@ from helpers.load.slo import SLO
 from helpers.load.warmup import warm_up
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload, check_server
 from helpers.serve.process import death_of
-from helpers.traffic.bracket import MIN_REQUESTS, arrivals_in, bracketing_rate, extra_requests, why_bracketed
+from helpers.traffic.bracket import bracketing_rate, why_bracketed
 from helpers.traffic.rates import RatePoint, not_run, rate_point, save_rate_sweep
 
 MIN_DRAIN_S = 5.0  # seconds the last arrival's request gets, at least, before the time limit
+MIN_REQUESTS = 3  # per rate: fewer give no completion rate (helpers.traffic.rates.pace)
 # MAX_REQUESTS (helpers.load.run) bounds each rate's count too, whatever the duration asked for: a rate is one run
 START_AGAIN = ("a cell that has finished with its server stops it (and may set it to None): run the cell that "
                "starts the server again (or start one: server = start_server(...)), then this one")
@@ -144,6 +145,22 @@ async def sweep_rates(
     if out_path is not None:
         save_rate_sweep(points, out_path, **about)
     return points
+
+
+def extra_requests(rate: float, num_requests: int | None, duration_s: float | None) -> int:
+    """Requests at bracketing's extra rate: as many as each planned rate (``num_requests``), or ``duration_s`` of
+    arrivals, capped at ``MAX_REQUESTS`` where a planned rate would be refused: 20 s at 3x an H100's predicted 174
+    requests/s (64 slots) is 10,400, and the rates already measured must not be lost to a refusal.
+
+    >>> extra_requests(520.9, None, 20) == MAX_REQUESTS, extra_requests(0.1, None, 10), extra_requests(9.0, 4, None)
+    (True, 3, 4)
+    """
+    return num_requests if num_requests is not None else min(MAX_REQUESTS, _arrivals_in(duration_s, rate))
+
+
+def _arrivals_in(duration_s: float, rate: float) -> int:
+    """Requests in ``duration_s`` seconds of arrivals at ``rate``, at least ``MIN_REQUESTS``."""
+    return max(MIN_REQUESTS, round(rate * duration_s))
 
 
 def describe_point(point: RatePoint) -> str:
@@ -250,7 +267,7 @@ def _request_counts(rates: tuple[float, ...], num_requests: Any, duration_s: Any
         counts = [n] * len(rates)
     else:
         duration_s = validate.positive_number(duration_s, "duration_s", unit="seconds")
-        counts = [arrivals_in(duration_s, rate) for rate in rates]
+        counts = [_arrivals_in(duration_s, rate) for rate in rates]
     if max(counts) > MAX_REQUESTS:
         raise validate.InvalidArgumentError(
             f"{max(counts):,} requests at one rate is more than the sweep's bound of {MAX_REQUESTS:,}; "
