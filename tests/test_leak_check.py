@@ -221,7 +221,9 @@ def test_a_leak_is_reported_after_a_files_module_fixtures_and_after_a_test_and_a
              "pytest.ini": "[pytest]\nmarkers =\n    server: starts a (stand-in) server\n"}
     for name, text in files.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    # added to, not replaced: a machine whose packages come through PYTHONPATH (the staged GPU device) keeps them
+    path = [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-c",
                                str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
