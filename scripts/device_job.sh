@@ -2,7 +2,7 @@
 # One background job of scripts/gpu_reference_run.sh across several calls of the lent device machine, whose calls
 # last at most 10 minutes and whose machine goes back 30 s after a call: each call returns within WAIT_S seconds
 # with the job's log and its results so far under $OUT, and the next call (issued at once) waits on.
-#   stage PARTNN            copy a carried .devkit/PARTNN (made by the shared stage_vllm_device_wheels.py) to /tmp/stage;
+#   stage PARTNN            copy a carried .devkit/PARTNN (made by scripts/stage_device.sh) to /tmp/stage;
 #                           "stage head" carries .devkit/head/head.tgz (git archive --format=tar.gz HEAD), which start
 #                           then runs instead of the checkout as it is
 #   start "STEPS" [VAR=VAL ...]   unpack the staged vLLM once, copy the checkout to /tmp/course, run the steps there
