@@ -2,7 +2,7 @@
 # One background job of scripts/gpu_reference_run.sh across several calls of the lent device machine, whose calls
 # last at most 10 minutes and whose machine goes back 30 s after a call: each call returns within WAIT_S seconds
 # with the job's log and its results so far under $OUT, and the next call (issued at once) waits on.
-#   stage PARTNN            copy a carried .devkit/PARTNN (made by scripts/stage_device.sh) to /tmp/stage;
+#   stage cNN               copy a carried .devkit/cNN (a chunk made by scripts/stage_device.sh) to /tmp/stage;
 #                           "stage head" carries .devkit/head/head.tgz (git archive --format=tar.gz HEAD), which start
 #                           then runs instead of the checkout as it is
 #   start "STEPS" [VAR=VAL ...]   unpack the staged vLLM once, copy the checkout to /tmp/course, run the steps there
@@ -20,6 +20,10 @@ case $mode in
     start)
         if running; then echo "a job is running already: call wait"; exit 1; fi
         for part in .devkit/part*; do [[ -d $part ]] && cp -r "$part" /tmp/stage/; done
+        # the chunks of stage_device.sh, carried one a call: joined in order (chunk.00, chunk.01, ...), unpacked once
+        if compgen -G "/tmp/stage/c[0-9]*/chunk.*" > /dev/null; then
+            cat /tmp/stage/c[0-9]*/chunk.* | tar xf - -C /tmp/stage && rm -rf /tmp/stage/c[0-9]* || exit 1
+        fi
         if [[ ! -d /tmp/site/vllm ]]; then
             bash /tmp/stage/part01/device_unpack.sh > "$job/unpack.log" 2>&1 || { tail -30 "$job/unpack.log"; exit 1; }
         fi
