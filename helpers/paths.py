@@ -1,6 +1,7 @@
-"""Where the course writes what it generates: ``build/`` in the course folder (git-ignored).
+"""Where the course is and where it writes what it generates: ``build/`` in the course folder (git-ignored).
 
-``$VLLM_COURSE_BUILD`` moves it, e.g. when the course folder is read-only.
+``$VLLM_COURSE_BUILD`` moves it, e.g. when the course folder is read-only. :func:`course_pythonpath` puts the course
+on a child process's ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -8,11 +9,25 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 COURSE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def course_pythonpath(env: Mapping[str, str]) -> str:
+    """``PYTHONPATH`` for a child process that imports the course: the course first, then what ``env`` had there.
+
+    Added to, not replaced: on a machine whose packages come through ``PYTHONPATH`` (the staged GPU device of
+    ``scripts/device_job.sh``), a child given the course alone loses them.
+
+    >>> course_pythonpath({"PYTHONPATH": "/site"}) == os.pathsep.join([str(COURSE_ROOT), "/site"])
+    True
+    >>> course_pythonpath({}) == str(COURSE_ROOT)
+    True
+    """
+    return os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
 
 
 def build_dir(*parts: str) -> Path:

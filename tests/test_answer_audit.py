@@ -16,6 +16,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from helpers.answer_audit import AUDIT_ENV, shown_as
+from helpers.paths import course_pythonpath
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,8 +64,7 @@ def test_nbval_runs_fail_the_same_way(tmp_path):
         nbformat.write(notebook(*cells), path)
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
                               "--rootdir", str(tmp_path), str(path)], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(  # the course, then what was already on the path
-                                 p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}, check=False)
+                             timeout=120, env={**os.environ, "PYTHONPATH": course_pythonpath(os.environ)}, check=False)
         assert run.returncode == code, run.stdout[-2000:]
         assert ("AnswerShownAbove" in run.stdout) == (code == 1)
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers.paths import course_pythonpath
 from helpers.serve import process
 from helpers.serve.config import Launch
 from tests import conftest
 
 pytest.importorskip("setproctitle")  # a dependency of vLLM, so in the course's venv
 
-ROOT = Path(__file__).resolve().parent.parent
 
 ENGINE = """
 import os, time
@@ -221,9 +221,7 @@ def test_a_leak_is_reported_after_a_files_module_fixtures_and_after_a_test_and_a
              "pytest.ini": "[pytest]\nmarkers =\n    server: starts a (stand-in) server\n"}
     for name, text in files.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
-    # added to, not replaced: a machine whose packages come through PYTHONPATH (the staged GPU device) keeps them
-    path = [str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), course_pythonpath(os.environ)])}
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-c",
                                str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],

@@ -2,6 +2,7 @@
 server even when it cannot write its note, a failed look does not end the watch, and a stop sent in its first
 moments neither kills it nor is lost."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -141,3 +142,13 @@ def test_starting_the_watchdog_leaves_the_callers_signal_mask(tmp_path, monkeypa
     assert signal.SIGUSR1 not in before
     process.start_orphan_guard(1, tmp_path / "server.log", tmp_path)
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+def test_the_watchdog_keeps_the_packages_its_caller_reaches_through_pythonpath(tmp_path, monkeypatch):
+    """The watchdog imports psutil: where packages come through PYTHONPATH (the staged GPU device), a PYTHONPATH of
+    the course alone would leave it dying at import, silently, and the server without its watchdog."""
+    launched = {}
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kwargs: launched.update(kwargs))
+    monkeypatch.setenv("PYTHONPATH", "/staged/site")
+    process.start_orphan_guard(1, tmp_path / "server.log", tmp_path)
+    assert launched["env"]["PYTHONPATH"].split(os.pathsep) == [str(COURSE_ROOT), "/staged/site"]

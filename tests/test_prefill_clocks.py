@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import course_pythonpath
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_prefill_clocks.py"
 
 
 def run_script(*args, timeout=600):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": course_pythonpath(os.environ)}
     return subprocess.run([sys.executable, str(SCRIPT), *args], check=False, capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)
 

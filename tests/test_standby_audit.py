@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 
+from helpers.paths import course_pythonpath
 from helpers.serve import standby
 from helpers.serve.config import ServerConfig
 
@@ -34,8 +35,8 @@ def run_nbval(tmp_path: Path, name: str, *cells: str) -> subprocess.CompletedPro
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.standby_audit",
                            "--nbval-lax", "--rootdir", str(tmp_path), str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}, check=False)
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": course_pythonpath(os.environ)},
+                          check=False)
 
 
 def test_a_notebook_that_ends_with_a_server_standing_by_fails_on_its_last_cell(tmp_path):

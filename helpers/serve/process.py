@@ -36,7 +36,7 @@ from typing import Any
 
 import psutil
 
-from helpers.paths import COURSE_ROOT, build_dir
+from helpers.paths import build_dir, course_pythonpath
 from helpers.serve import group
 from helpers.serve._orphan_guard import start_ticks
 from helpers.serve.config import KEY_VARIABLE, VLLM_KEY_VARIABLE, Launch
@@ -72,7 +72,7 @@ def server_env(launch: Launch, temp_dir: Path, inherited: Mapping[str, str] | No
     if KEY_VARIABLE not in launch.env:
         env.pop(KEY_VARIABLE, None)
     env.update({**launch.env, **private_temp_env(temp_dir)})
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = course_pythonpath(env)
     return env
 
 
@@ -98,7 +98,7 @@ def start_orphan_guard(server_pid: int, log_path: Path, temp_dir: Path) -> subpr
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     try:
         return subprocess.Popen(
-            argv, env={**os.environ, "PYTHONPATH": str(COURSE_ROOT)},
+            argv, env={**os.environ, "PYTHONPATH": course_pythonpath(os.environ)},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,  # survives the kernel's own process group being killed
         )

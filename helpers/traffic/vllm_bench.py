@@ -30,6 +30,7 @@ from helpers import validate
 from helpers.files import write_atomically
 from helpers.hardware import describe_machine, detect_cpu
 from helpers.load.workload import LAB_PROMPT_LENS, build_workload
+from helpers.paths import course_pythonpath
 from helpers.traffic.rates import RatePoint, rate_point
 from helpers.traffic.sweep import check_rates, check_slo, check_up
 
@@ -138,8 +139,7 @@ def bench_run(records: list[Any], rate: float, burstiness: float, server: Any, s
 
 async def _run_tool(argv: list[str], log_path: Path, timeout_s: float) -> None:
     """The tool as a child process with its output in ``log_path``; killed on timeout or interruption."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": course_pythonpath(os.environ)}
     with open(log_path, "w") as log:  # noqa: ASYNC230 - opening a local log file does not wait on anything
         process = await asyncio.create_subprocess_exec(*argv, stdout=log, stderr=asyncio.subprocess.STDOUT,
                                                        stdin=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT)
