@@ -23,8 +23,9 @@
 #   SWEEP_REPETITIONS=2           load tests per sweep setting
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
 #       notebooks and labs; "test-part:PATH[,PATH...]" the same pytest over one piece of it (tests/ files, tests/,
-#       a notebook, a lab), for a machine lent for less time than the whole takes. Each writes its results with
-#       every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
+#       a notebook, a lab), for a machine lent for less time than the whole takes; "test-no-server" the tests that
+#       start no server (those that read PyPI left out: the machine reaches nothing), a few minutes. Each writes its
+#       results with every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
 #       makes the course choose a T4's flags (float16, Triton attention, no FP8 KV cache) on a bigger GPU (vLLM still picks
 #       its kernels and defaults from that GPU); "t4:STEP" only that
 #       step (its results file named t4-...), e.g. STEPS="t4:test-part:notebooks/06_beyond_one_server.ipynb lab-smollm2".
@@ -54,7 +55,7 @@ on_8b_shape() {  # notebooks on Llama-3.1-8B's shape with random weights (helper
 gpu_pytest() {  # NAME PATHS...: make test-gpu's pytest over PATHS, its results in build/gpu/test-results/NAME.xml
     local name=$1; shift
     mkdir -p build/gpu/test-results
-    "$PY" -m pytest "$@" --nbval-lax -p no:cacheprovider -v -m "not browser" --ignore=labs/learner \
+    "$PY" -m pytest "$@" --nbval-lax -p no:cacheprovider -v -m "${TEST_MARKS:-not browser}" --ignore=labs/learner \
         --junitxml="build/gpu/test-results/${VLLM_COURSE_GPU_AS:+$VLLM_COURSE_GPU_AS-}$name.xml"
 }
 
@@ -74,6 +75,7 @@ run_step() {
         test) gpu_pytest all tests notebooks labs ;;
         test-part:*) IFS=, read -ra part <<< "${step#test-part:}"  # PATH or PATH,PATH,...: one results file
             gpu_pytest "$(basename "${part[0]}")$( (( ${#part[@]} > 1 )) && echo "+$(( ${#part[@]} - 1 ))")" "${part[@]}" ;;
+        test-no-server) TEST_MARKS="not browser and not server and not network" gpu_pytest no-server tests ;;
         nbval) "$PY" -m pytest notebooks labs --nbval-lax -p no:cacheprovider -v ;;
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
         sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
