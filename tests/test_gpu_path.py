@@ -56,6 +56,7 @@ def fake_nvidia_smi(tmp_path, monkeypatch):
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("VLLM_COURSE_FORCE_CPU", raising=False)
+    monkeypatch.delenv("VLLM_COURSE_GPU_AS", raising=False)  # the H200 as itself, even in a run with the T4's flags
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
 
 

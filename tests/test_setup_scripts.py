@@ -48,6 +48,9 @@ class Repo:
             shutil.copy(ROOT / name, self.root / name)
         shutil.copytree(ROOT / "requirements", self.root / "requirements")
         _tool(self.bin, "ldconfig", "#!/bin/sh\necho 'libtcmalloc_minimal.so.4 => /usr/lib/libtcmalloc_minimal.so.4'\n")
+        # no GPU unless gpu() says so, whatever this machine has: on the GPU machine of 2026-12-07 the real nvidia-smi
+        # answered and setup.sh rightly chose the GPU build where a test expected the CPU one
+        _tool(self.bin, "nvidia-smi", "#!/bin/sh\necho 'NVIDIA-SMI has failed: no driver' >&2\nexit 9\n")
 
     def python(self, version: str) -> str:
         _tool(self.bin, f"python{version}", FAKE_PYTHON.replace("VERSION", version))
