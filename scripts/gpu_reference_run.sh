@@ -24,8 +24,9 @@
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
 #       notebooks and labs; "test-part:PATH[,PATH...]" the same pytest over one piece of it (tests/ files, tests/,
 #       a notebook, a lab), for a machine lent for less time than the whole takes; "test-no-server" the tests that
-#       start no server (those that read PyPI left out: the machine reaches nothing), a few minutes. Each writes its
-#       results with every test's time to build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
+#       start no server (those that read PyPI left out: the machine reaches nothing), a few minutes; TEST_MARKS
+#       (default "not browser") is pytest's -m for every test step. Each writes its results with every test's time to
+#       build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
 #       makes the course choose a T4's flags (float16, Triton attention, no FP8 KV cache) on a bigger GPU (vLLM still picks
 #       its kernels and defaults from that GPU); "t4:STEP" only that
 #       step (its results file named t4-...), e.g. STEPS="t4:test-part:notebooks/06_beyond_one_server.ipynb lab-smollm2".
