@@ -24,8 +24,9 @@
 #   "test" runs `make test-gpu`'s pytest (the tests, then nbval over notebooks/ and labs/); "nbval" only the
 #       notebooks and labs; "test-part:PATH[,PATH...]" the same pytest over one piece of it (tests/ files, tests/,
 #       a notebook, a lab), for a machine lent for less time than the whole takes; "test-no-server" the tests that
-#       start no server (those that read PyPI left out: the machine reaches nothing), a few minutes; TEST_MARKS
-#       (default "not browser") is pytest's -m for every test step. Each writes its results with every test's time to
+#       start no server, a few minutes. Every test step leaves out the tests that read PyPI (marked network: the lent
+#       machine reaches nothing); TEST_MARKS (default "not browser and not network") is pytest's -m for every test
+#       step. Each writes its results with every test's time to
 #       build/gpu/test-results/ (JUnit XML). VLLM_COURSE_GPU_AS=t4 in the environment
 #       makes the course choose a T4's flags (float16, Triton attention, no FP8 KV cache) on a bigger GPU (vLLM still picks
 #       its kernels and defaults from that GPU); "t4:STEP" only that
@@ -56,7 +57,7 @@ on_8b_shape() {  # notebooks on Llama-3.1-8B's shape with random weights (helper
 gpu_pytest() {  # NAME PATHS...: make test-gpu's pytest over PATHS, its results in build/gpu/test-results/NAME.xml
     local name=$1; shift
     mkdir -p build/gpu/test-results
-    "$PY" -m pytest "$@" --nbval-lax -p no:cacheprovider -v -m "${TEST_MARKS:-not browser}" --ignore=labs/learner \
+    "$PY" -m pytest "$@" --nbval-lax -p no:cacheprovider -v -m "${TEST_MARKS:-not browser and not network}" --ignore=labs/learner \
         --junitxml="build/gpu/test-results/${VLLM_COURSE_GPU_AS:+$VLLM_COURSE_GPU_AS-}$name.xml"
 }
 
@@ -76,7 +77,7 @@ run_step() {
         test) gpu_pytest all tests notebooks labs ;;
         test-part:*) IFS=, read -ra part <<< "${step#test-part:}"  # PATH or PATH,PATH,...: one results file
             gpu_pytest "$(basename "${part[0]}")$( (( ${#part[@]} > 1 )) && echo "+$(( ${#part[@]} - 1 ))")" "${part[@]}" ;;
-        test-no-server) TEST_MARKS="not browser and not server and not network" gpu_pytest no-server tests ;;
+        test-no-server) TEST_MARKS="not browser and not network and not server" gpu_pytest no-server tests ;;
         nbval) "$PY" -m pytest notebooks labs --nbval-lax -p no:cacheprovider -v ;;
         sweep-smollm2) "$PY" scripts/lab_sweep.py "${sweep_args[@]}" --out build/gpu/sweep/smollm2 ;;
         sweep-dummy) VLLM_COURSE_MODEL=dummy:llama-3.1-8b \
