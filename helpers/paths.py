@@ -1,7 +1,7 @@
 """Where the course is and where it writes what it generates: ``build/`` in the course folder (git-ignored).
 
 ``$VLLM_COURSE_BUILD`` moves it, e.g. when the course folder is read-only. :func:`course_pythonpath` puts the course
-on a child process's ``PYTHONPATH``.
+(:func:`pythonpath_with`, any folder) on a child process's ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -16,18 +16,29 @@ from pathlib import Path
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 
 
-def course_pythonpath(env: Mapping[str, str]) -> str:
-    """``PYTHONPATH`` for a child process that imports the course: the course first, then what ``env`` had there.
+def pythonpath_with(folder: str | Path, env: Mapping[str, str]) -> str:
+    """``PYTHONPATH`` for a child process: ``folder`` first, then what ``env`` had there.
 
     Added to, not replaced: on a machine whose packages come through ``PYTHONPATH`` (the staged GPU device of
-    ``scripts/device_job.sh``), a child given the course alone loses them.
+    ``scripts/device_job.sh``), a child given the folder alone loses them.
+
+    >>> pythonpath_with("/first", {"PYTHONPATH": "/site"}) == os.pathsep.join(["/first", "/site"])
+    True
+    >>> pythonpath_with("/first", {"PYTHONPATH": ""})
+    '/first'
+    """
+    return os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
+
+
+def course_pythonpath(env: Mapping[str, str]) -> str:
+    """``PYTHONPATH`` for a child process that imports the course: the course first, then what ``env`` had there.
 
     >>> course_pythonpath({"PYTHONPATH": "/site"}) == os.pathsep.join([str(COURSE_ROOT), "/site"])
     True
     >>> course_pythonpath({}) == str(COURSE_ROOT)
     True
     """
-    return os.pathsep.join(p for p in (str(COURSE_ROOT), env.get("PYTHONPATH")) if p)
+    return pythonpath_with(COURSE_ROOT, env)
 
 
 def build_dir(*parts: str) -> Path:

@@ -32,6 +32,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from helpers.paths import course_pythonpath  # noqa: E402
 from helpers.serve import group  # noqa: E402
 
 ORPHAN_AFTER_S = 30.0
@@ -80,7 +81,7 @@ def run_trial(kind: str) -> tuple[float | None, list[str]]:
     """One trial: (seconds until the server's last process was gone, names of orphans)."""
     SEEN.clear()
     tag = uuid.uuid4().hex
-    env = {**os.environ, TAG: tag, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, TAG: tag, "PYTHONPATH": course_pythonpath(os.environ)}
     if kind == "kernel killed under Jupyter":
         return _kernel_trial(env, tag)
     mode = "load" if kind == "kill during a load test" else "idle"

@@ -13,6 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
+from helpers.paths import course_pythonpath
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CLIENTS = """
@@ -45,7 +47,7 @@ def fetch_behind_a_proxy(imports: str) -> str:
     closed_port = 9  # discard: nothing listens there, so a proxied request fails fast
     env = {key: value for key, value in os.environ.items() if key.lower() not in ("no_proxy", "http_proxy")}
     env.update(http_proxy=f"http://127.0.0.1:{closed_port}", HTTP_PROXY=f"http://127.0.0.1:{closed_port}",
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=course_pythonpath(os.environ))
     try:
         run = subprocess.run([sys.executable, "-c", CLIENTS.format(imports=imports),
                               f"http://127.0.0.1:{server.server_port}/"],

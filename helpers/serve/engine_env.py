@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from helpers.hardware import Device, emulated_isa
+from helpers.paths import pythonpath_with
 
 AVX2_SITE = Path(__file__).resolve().parent / "_avx2_site"  # sitecustomize for VLLM_COURSE_CPU_ISA=avx2
 
@@ -72,6 +73,6 @@ def avx2_emulation_env() -> dict[str, str]:
     vLLM's kernel library and attention choose by asking ``torch.cpu``, which ``_avx2_site``
     answers. The server log then shows ``_C_AVX2`` in use and, in bfloat16, oneDNN's fallback.
     """
-    path = os.pathsep.join(p for p in (str(AVX2_SITE), os.environ.get("PYTHONPATH", "")) if p)
+    path = pythonpath_with(AVX2_SITE, os.environ)
     return {"VLLM_COURSE_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "PYTHONPATH": path}
