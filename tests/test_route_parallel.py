@@ -78,3 +78,14 @@ def test_a_parallel_size_that_is_not_a_positive_integer_is_refused(bad):
 def test_a_plans_row_rounds_gib_for_a_table():
     row = tensor_parallel_plan(LLAMA_31_8B, 2, gpu_gib=24, utilization=0.92).row()
     assert row["weights GiB/GPU"] == 7.48 and row["scheme"] == "TP=2" and row["problem"] == ""
+
+
+def test_a_plan_that_cannot_run_shows_no_figures_it_would_not_have():
+    cut = tensor_parallel_plan({"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+                                "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152}, 2).row()
+    assert cut["problem"].startswith("9 attention heads do not divide")
+    assert {cut[key] for key in ("weights GiB/GPU", "KV bytes/token/GPU", "KV room GiB/GPU", "tokens per engine",
+                                 "all-reduces/step")} == {"-"}
+    too_big = data_parallel_plan(LLAMA_31_70B, 2, gpu_gib=80).row()
+    assert too_big["problem"].startswith("does not fit") and too_big["tokens per engine"] == "-"
+    assert too_big["weights GiB/GPU"] > 80  # the weights stay: they are why it does not fit

@@ -271,6 +271,17 @@ def test_engine_plot_names_each_setting_peak():
     assert "24 at 2 GiB, 6 at 0.05 GiB" in fig._suptitle.get_text()
 
 
+def test_engine_plot_names_a_cap_far_above_every_peak_instead_of_drawing_it():
+    near, far = measurement("64", e2e=2.0, ttft=1.0, peak=40), measurement("default", e2e=2.0, ttft=1.0, peak=10)
+    far.max_num_seqs = 1024  # a GPU's default: drawn, it would flatten peaks of 40 and 10 near zero
+    fig = plot_engine([near, far])
+    top = fig.axes[0]
+    assert [line.get_ydata()[0] for line in top.lines if line.get_linestyle() == "--"] == [64]
+    assert top.get_ylim()[1] < 1024
+    labels = [text.get_text() for text in top.get_legend().get_texts()]
+    assert labels[1].endswith("cap 1,024 (off the plot)") and "off the plot" not in labels[0]
+
+
 def test_tradeoff_plot_compares_the_fastest_with_the_slowest_setting():
     points = [measurement("8", e2e=4.0, ttft=2.0, lever="max_num_seqs"),
               measurement("64", e2e=2.0, ttft=0.5, lever="max_num_seqs")]

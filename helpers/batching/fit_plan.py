@@ -24,9 +24,10 @@ prompts must be above the largest step the server runs as a CUDA graph
 charged a prompt token 0.030 ms where the 8-slot server (no graph for either) measured
 0.001-0.007 (``results/gpu/README.md``, 2026-12-04).
 
-Two more things on a GPU, both measured on the H200 (``results/gpu/README.md``, 2026-12-04). A step
-costs a server with more slots more: 8 sequences took 1.95 ms a step on an 8-slot server and 2.38 ms
-on a 64-slot one, so a clock timed on the 64-slot server alone predicted the lab at 8 about 24% low;
+Two more things on a GPU, both measured on the H200 (``results/gpu/README.md``, 2026-12-04). The same
+step can cost servers of different ``max_num_seqs`` different times: 8 sequences took 1.95 ms a step on
+an 8-slot server and 2.38 ms on a 64-slot one there (on an H100 on 2026-12-06 the other way round, 2.7
+and 2.1 ms), so a clock timed on the 64-slot server alone predicted the lab at 8 about 24% low;
 the plan therefore times the low setting's batches on the demonstration's 8-slot server too
 (:attr:`FitPlan.low_batch_sizes`). And at 64 slots the engine's step (about 3 ms) is short enough that
 the API server and the client, streaming 50 answers, can be the slower stage
@@ -83,8 +84,9 @@ class FitPlan:
         text = f"decode batches of {sizes} requests x {self.output_len} output tokens, {where}: {self.reason}"
         if self.low_batch_sizes:
             text += (f".\nFirst, batches of {', '.join(map(str, self.low_batch_sizes))} on the demonstration's server "
-                     f"(max_num_seqs={max(self.low_batch_sizes)}), for the low setting's own clock: on a GPU a step "
-                     "costs a server with more slots more, so each setting is predicted with its own server's clock")
+                     f"(max_num_seqs={max(self.low_batch_sizes)}), for the low setting's own clock: on a GPU the same "
+                     "step can cost servers of different max_num_seqs different times, so each setting is "
+                     "predicted with its own server's clock")
         if self.front_end:
             text += (".\nThen the front end: the API server's and this kernel's CPU time per request and per token "
                      "(on a GPU the engine's step can be shorter than streaming its tokens)")

@@ -77,12 +77,21 @@ class ParallelPlan:
         return self.allreduce_bytes_per_token * validate.positive_int(batch_tokens, "batch_tokens")
 
     def row(self) -> dict[str, Any]:
-        """The plan as a table row (GiB rounded to 0.01)."""
-        return {"scheme": self.scheme, "GPUs": self.num_gpus, "weights GiB/GPU": round(self.weight_gib, 2),
-                "KV bytes/token/GPU": self.kv_bytes_per_token_per_gpu,
-                "KV room GiB/GPU": round(self.kv_room_gib_per_gpu, 2),
-                "tokens per engine": self.kv_tokens_per_engine, "engines": self.num_engines,
-                "all-reduces/step": self.allreduces_per_step, "problem": self.problem or ""}
+        """The plan as a table row (GiB rounded to 0.01); a plan that cannot run shows "-" for what it would have
+        (its weights stay: they are why it does not fit) and says why under "problem".
+
+        >>> row = tensor_parallel_plan(LLAMA_31_70B, 1, gpu_gib=141).row()
+        >>> row["weights GiB/GPU"], row["tokens per engine"], row["problem"]
+        (131.42, '-', 'does not fit: the weights leave nothing for the KV cache')
+        """
+        blank = "-" if self.problem else None
+        problem = self.problem or ("" if self.fits else "does not fit: the weights leave nothing for the KV cache")
+        return {"scheme": self.scheme, "GPUs": self.num_gpus,
+                "weights GiB/GPU": blank or round(self.weight_gib, 2),
+                "KV bytes/token/GPU": blank or self.kv_bytes_per_token_per_gpu,
+                "KV room GiB/GPU": blank or round(self.kv_room_gib_per_gpu, 2),
+                "tokens per engine": "-" if problem else self.kv_tokens_per_engine, "engines": self.num_engines,
+                "all-reduces/step": blank or self.allreduces_per_step, "problem": problem}
 
 
 def _shape(config: Mapping[str, Any]) -> tuple[int, int, int, int, int]:

@@ -94,15 +94,16 @@ def within_noise(ratio: float, noise: float = NOISE, overlapping: bool | None = 
 
 
 def describe_noise(noise: float = NOISE) -> str:
-    """The noise threshold in words: the factor either way and, for the course's, where it was measured.
+    """The noise threshold in words: the factor either way and, for the course's, what it is.
 
     >>> describe_noise()
-    "a change under 1.25x either way counts as noise: separate server starts of one setting differed by that much on the course's 2-core CPU"
+    "a change under 1.25x either way counts as noise: the course's chosen band for one run of each setting on its own server start, on the safe side (notebook 05's Concepts)"
     >>> describe_noise(0.1)
     'a change under 1.10x either way counts as noise'
     """
-    where = (": separate server starts of one setting differed by that much on the course's 2-core CPU"
-             if noise == NOISE else "")
+    # a choice, not a measurement: no results file records how far two starts of one setting differ
+    where = (": the course's chosen band for one run of each setting on its own server start, on the safe side "
+             "(notebook 05's Concepts)" if noise == NOISE else "")
     return f"a change under {1 + noise:.2f}x either way counts as noise{where}"
 
 

@@ -98,7 +98,11 @@ def grade_first_lever(answer: Any) -> Feedback:
     """A support chatbot: every request repeats the same 1,500-token system prompt."""
     return grade_choice(answer, "prefix caching", name="first lever", options=LEVERS,
                         why="Most of every prompt is the same system prompt: with prefix caching its KV is "
-                            "computed once and reused, which cuts prefill work and TTFT for every later request.")
+                            "computed once and reused, which cuts prefill work and TTFT for every later request. "
+                            "It is on by default in current vLLM, so measuring it first means checking that it "
+                            "works: no --no-enable-prefix-caching, nothing that differs before the shared part "
+                            "(a timestamp at the top), and vllm:prefix_cache_hits / vllm:prefix_cache_queries "
+                            "on /metrics near the shared share of each prompt.")
 
 
 # ----- checking (prints the verdict: what the notebook calls) ----------------------------------------

@@ -129,15 +129,19 @@ def plot_engine(measurements: Sequence[Any]) -> Figure:
     fig = Figure(figsize=(10, 5.2), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.6, 1])
     colors = setting_colors([m.setting for m in measurements])
+    # a cap far above every peak (a GPU's default 1,024 against peaks of 64) would flatten the lines: named, not drawn
+    shown = 2 * max([m.engine.peak_running for m in measurements] + [1])
     for m in measurements:
         t = [s.t_s for s in m.samples]
         engine = m.engine
+        off = f", cap {m.max_num_seqs:,} (off the plot)" if (m.max_num_seqs or 0) > shown else ""
         top.step(t, [s.num_requests_running for s in m.samples], where="post", color=colors[m.setting],
-                 label=f"{m.setting}: running peaked at {engine.peak_running}, {m.num_preemptions} preemptions")
+                 label=f"{m.setting}: running peaked at {engine.peak_running}, {m.num_preemptions} preemptions{off}")
         bottom.step(t, [100 * s.kv_cache_usage_perc for s in m.samples], where="post", color=colors[m.setting],
                     label=f"{m.setting}: peak {engine.peak_kv_cache_usage:.0%}")
-        if m.max_num_seqs is not None:
+        if m.max_num_seqs is not None and not off:
             top.axhline(m.max_num_seqs, color=colors[m.setting], ls="--", lw=0.8)
+    top.set_ylim(bottom=0)
     top.set_ylabel("requests running\n(vllm:num_requests_running)")
     top.legend(fontsize=8, loc="upper right")
     top.grid(alpha=0.3)
