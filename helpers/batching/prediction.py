@@ -46,7 +46,8 @@ def prediction_record(
     """The predicted output tok/s of `trace` (default: the lab's) at each max_num_seqs, as plain JSON data.
 
     `model`: one clock for every setting, or one for each (``{8: clock_8, 64: clock_64}``), each
-    timed on a server started with that max_num_seqs (on a GPU the same step can cost servers of different max_num_seqs different times).
+    timed on a server started with that max_num_seqs (on a GPU the same step can cost servers of different
+    max_num_seqs different times).
 
     Keys: max_num_seqs, predicted_output_tok_s, ratio_<last>_vs_<first>, step_time_model
     (the last setting's parameters), step_time_models (each setting's), fitted_from (how the model was measured), created (ISO time),
