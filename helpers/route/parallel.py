@@ -84,14 +84,16 @@ class ParallelPlan:
         >>> row["weights GiB/GPU"], row["tokens per engine"], row["problem"]
         (131.42, '-', 'does not fit: the weights leave nothing for the KV cache')
         """
-        blank = "-" if self.problem else None
+        def unless_cut(value: Any) -> Any:  # a layout that cannot run has no such figure
+            return "-" if self.problem else value
+
         problem = self.problem or ("" if self.fits else "does not fit: the weights leave nothing for the KV cache")
         return {"scheme": self.scheme, "GPUs": self.num_gpus,
-                "weights GiB/GPU": blank or round(self.weight_gib, 2),
-                "KV bytes/token/GPU": blank or self.kv_bytes_per_token_per_gpu,
-                "KV room GiB/GPU": blank or round(self.kv_room_gib_per_gpu, 2),
+                "weights GiB/GPU": unless_cut(round(self.weight_gib, 2)),
+                "KV bytes/token/GPU": unless_cut(self.kv_bytes_per_token_per_gpu),
+                "KV room GiB/GPU": unless_cut(round(self.kv_room_gib_per_gpu, 2)),
                 "tokens per engine": "-" if problem else self.kv_tokens_per_engine, "engines": self.num_engines,
-                "all-reduces/step": blank or self.allreduces_per_step, "problem": problem}
+                "all-reduces/step": unless_cut(self.allreduces_per_step), "problem": problem}
 
 
 def _shape(config: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
