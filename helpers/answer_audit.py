@@ -29,6 +29,9 @@ prints, can still equal one of the hundreds of three-digit numbers a measured ru
 rate of "1.85" req/s "showed" lab 2's TPOT ratio of 1.853, and failed a CI run by chance; on 2026-12-04 a TPOT p95 of
 "1.48" s "showed" lab 1's speed-up of 1.478). A number written as a ratio ("1.48x", "1.48×", "1.48 times"), the way
 the course would leak one, still counts with three.
+A whole-number answer (an ``int``: a count of requests, blocks or tokens) is shown only by a number written whole or
+as a ratio: "22.0" is a measurement to a tenth, and equals a count only by chance (on 2026-12-07 a generate() loop's
+"22.0 output tok/s" "showed" lab 1's 22 requests at max_model_len in a CI machine's pool, and failed a CI run).
 
 Example::
 
@@ -165,6 +168,8 @@ def _showing(answer: float, text: str, digits: int = SIGNIFICANT_DIGITS) -> re.M
         token = match.group()
         written = token.rstrip("%").replace(",", "").lstrip("-")
         as_ratio = WRITTEN_AS_RATIO.match(text, match.end()) is not None
+        if isinstance(answer, int) and "." in written and not as_ratio:  # a count is written whole: see the docstring
+            continue
         if len(written.replace(".", "").lstrip("0")) < (min(digits, SIGNIFICANT_DIGITS) if as_ratio else digits):
             continue
         value = float(written) * (-1 if token.startswith("-") else 1)

@@ -111,7 +111,8 @@ def test_off_outside_the_audit(monkeypatch):
 @pytest.mark.parametrize(("answer", "text", "token"), [
     (33.47, "33.5 ms", "33.5"), (33.47, "33.4 ms", None), (0.4523, "hit rate 45.2%", "45.2%"), (45.2, "45.2%", "45.2%"),
     (8192, "8,192 tokens", "8,192"), (7, "7 blocks", None), (3.04, "0.30 s and 3.04", "3.04"), (143, "H143, 1143", None),
-    (2, "2.00x", "2.00"), (47, "[45, 47]", None), (0.833, "83%", None),
+    (2, "2.00x", "2.00"), (47, "[45, 47]", None), (22, "11.6 s (22.0 output tok/s)", None), (22.0, "22.0 tok/s", "22.0"),
+    (1200, "1,200.0 tokens", None), (0.833, "83%", None),
     (20.9998, "log: x.log\n[  21.0 s] engine process started\n", None), (21.3, "[  33.2 s] ready in 21.3 s: url\n", None),
     (20.9998, "[  33.2 s] ready\np95 21.0 s", "21.0"),
     (512, "AVX-512", None), (135, "SmolLM2-135M-Instruct", None), (512, "blocks of 512 tokens", "512"), (-0.125, "a slope of -0.125", "-0.125"),
