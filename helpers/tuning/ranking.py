@@ -152,6 +152,20 @@ def _place(lever: str) -> str:
     return str(MODULE_ORDER.index(lever) + 1) if lever in MODULE_ORDER else "-"
 
 
+def measured_order(impacts: Sequence[LeverImpact], noise: float = NOISE) -> str:
+    """The measured levers, largest first, each with its size: ">" between two levers apart by more than the noise,
+    "≈" between two within it (:func:`judge_order`'s "too close"), so the line never claims an order the run cannot tell.
+
+    >>> print(measured_order([LeverImpact("kv pool", 1.05, ""), LeverImpact("prefix caching", 4.5, ""),
+    ...                       LeverImpact("max_num_seqs", 0.94, ""), LeverImpact("quantization", None, "")]))
+    prefix caching 4.50x > max_num_seqs 1.06x ≈ kv pool 1.05x
+    """
+    noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
+    ranked = rank(impacts)
+    return " ".join(f"{'' if n == 0 else '≈ ' if within_noise(ranked[n - 1].size / i.size, noise) else '> '}"
+                    f"{i.lever} {i.size:.2f}x" for n, i in enumerate(ranked))
+
+
 def compare_prediction(prediction: Any, impacts: Sequence[LeverImpact], noise: float = NOISE) -> str:
     """The learner's predicted order (a list of lever names, largest first) against the measured one, in words.
     Measured levers whose sizes are within the noise of each other (:func:`judge_order`'s "too close") read
@@ -167,11 +181,9 @@ def compare_prediction(prediction: Any, impacts: Sequence[LeverImpact], noise: f
     No prediction recorded (order_prediction is None): measured prefix caching 4.50x > kv pool 2.00x.
     """
     noise = validate.non_negative_number(noise, "noise", hint="It is a fraction, e.g. 0.25 for 25%.")
-    ranked = rank(impacts)
-    sizes = {i.lever: i.size for i in ranked}
-    measured = [i.lever for i in ranked]
-    shown = " ".join(f"{'' if n == 0 else '≈ ' if within_noise(sizes[measured[n - 1]] / sizes[lever], noise) else '> '}"
-                     f"{lever} {sizes[lever]:.2f}x" for n, lever in enumerate(measured))
+    sizes = {i.lever: i.size for i in rank(impacts)}
+    measured = list(sizes)
+    shown = measured_order(impacts, noise)
     if prediction is None:
         return f"No prediction recorded (order_prediction is None): measured {shown}."
     if isinstance(prediction, str) or not all(isinstance(p, str) for p in prediction):
