@@ -101,8 +101,8 @@ def grade_first_lever(answer: Any) -> Feedback:
                             "computed once and reused, which cuts prefill work and TTFT for every later request. "
                             "It is on by default in current vLLM, so measuring it first means checking that it "
                             "works: no --no-enable-prefix-caching, nothing that differs before the shared part "
-                            "(a timestamp at the top), and vllm:prefix_cache_hits / vllm:prefix_cache_queries "
-                            "on /metrics near the shared share of each prompt.")
+                            "(a timestamp at the top), and vllm:prefix_cache_hits_total / "
+                            "vllm:prefix_cache_queries_total on /metrics near the shared share of each prompt.")
 
 
 # ----- checking (prints the verdict: what the notebook calls) ----------------------------------------
