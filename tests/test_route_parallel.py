@@ -28,11 +28,11 @@ def test_tensor_parallel_halves_weights_and_kv_heads_per_gpu():
     assert (two.kv_heads_per_gpu, two.kv_bytes_per_token_per_gpu) == (4, 65_536)
 
 
-def test_every_layer_all_reduces_twice_a_hidden_vector_per_token():
+def test_every_layer_all_reduces_twice_a_hidden_vector_per_token_and_the_embedding_once():
     plan = tensor_parallel_plan(LLAMA_31_8B, 2)
-    assert plan.allreduces_per_step == 64  # 32 layers x (attention, MLP)
-    assert plan.allreduce_bytes_per_token == 64 * 4096 * 2
-    assert plan.allreduce_bytes_per_step(64) == 32 * 2**20
+    assert plan.allreduces_per_step == 65  # 32 layers x (attention, MLP), then the vocabulary-parallel embedding
+    assert plan.allreduce_bytes_per_token == 65 * 4096 * 2
+    assert plan.allreduce_bytes_per_step(64) == 64 * 65 * 4096 * 2
 
 
 def test_fewer_kv_heads_than_gpus_are_copied_not_cut():

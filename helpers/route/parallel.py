@@ -6,7 +6,8 @@ Two ways to put a model on several GPUs, in vLLM's words:
   into T slices, one a GPU; the GPUs compute each layer together, so each holds 1/T of the
   weights and of the KV heads, and after every layer's attention and again after its MLP they
   add their partial results together (an *all-reduce*: each GPU sends and receives a share of a
-  ``hidden_size`` vector per token). One engine, one batch, T GPUs.
+  ``hidden_size`` vector per token), once more after the embedding (its vocabulary is cut too), and
+  the first GPU gathers the logits' slices to sample. One engine, one batch, T GPUs.
 - **data parallelism** (``--data-parallel-size D``, or D replicas behind a router): D whole
   copies of the model, each on its own GPU(s), each with its own batch and KV pool. No traffic
   between them for a dense model; each must hold all the weights.
@@ -16,7 +17,8 @@ the KV room a memory budget leaves, and the all-reduces a step needs; :func:`dat
 the same for D copies. vLLM cuts attention by heads, so ``num_attention_heads`` must divide by
 T (SmolLM2's 9 heads do not split over 2 GPUs: the plan says so); KV heads fewer than T are
 copied, not cut. Leaves out: activations and CUDA graphs (a fixed ``overhead_gib``), pipeline
-parallelism, the vocabulary padding vLLM adds, and the time an all-reduce takes (it depends on
+parallelism, the vocabulary padding vLLM adds, the logits' gather (vocab/T values a token from each
+GPU, to the first: ``vllm/model_executor/layers/logits_processor.py``), and the time an all-reduce takes (it depends on
 the link, NVLink or PCIe, and is mostly latency at decode sizes). Taught in
 ``notebooks/06_beyond_one_server.ipynb``.
 
@@ -26,7 +28,7 @@ Example::
     >>> round(plan.weight_gib, 2), plan.kv_heads_per_gpu, plan.kv_bytes_per_token_per_gpu
     (7.48, 4, 65536)
     >>> plan.allreduces_per_step, plan.allreduce_bytes_per_token
-    (64, 524288)
+    (65, 532480)
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from helpers.tuning.arithmetic import GIB, LLAMA_31_8B, LLAMA_31_70B, count_para
 __all__ = ["LLAMA_31_8B", "LLAMA_31_70B", "ParallelPlan", "data_parallel_plan", "describe_plan", "tensor_parallel_plan"]
 
 ALLREDUCES_PER_LAYER = 2  # after attention's output projection, after the MLP's down projection
+# and one a step outside the layers: VocabParallelEmbedding sums its vocabulary slices' rows (vLLM 0.26 and 0.32)
+ALLREDUCES_OUTSIDE_LAYERS = 1
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class ParallelPlan:
         """Bytes all-reduced in one step over ``batch_tokens`` tokens (one a running request when decoding).
 
         >>> tensor_parallel_plan(LLAMA_31_8B, 2).allreduce_bytes_per_step(64) / 2**20
-        32.0
+        32.5
         """
         return self.allreduce_bytes_per_token * validate.positive_int(batch_tokens, "batch_tokens")
 
@@ -126,7 +130,7 @@ def tensor_parallel_plan(config: Mapping[str, Any], tp: int, *, gpu_gib: float =
                                       dtype_bytes=dtype_bytes)
     room = max(0.0, gpu_gib * utilization - weights / GIB - overhead_gib)
     tokens = int(room * GIB // kv_per_token)
-    allreduces = ALLREDUCES_PER_LAYER * layers if tp > 1 else 0
+    allreduces = ALLREDUCES_PER_LAYER * layers + ALLREDUCES_OUTSIDE_LAYERS if tp > 1 else 0
     return ParallelPlan("1 GPU" if tp == 1 else f"TP={tp}", tp, weights, kv_heads_here, kv_per_token, room,
                         tokens if problem is None else 0, 1, allreduces, allreduces * hidden * dtype_bytes, problem)
 
@@ -153,7 +157,7 @@ def describe_plan(plan: ParallelPlan, name: str) -> str:
     >>> print(describe_plan(tensor_parallel_plan(LLAMA_31_8B, 2, gpu_gib=24, utilization=0.92), "8B"))
     ... # doctest: +NORMALIZE_WHITESPACE
     8B, TP=2: 7.48 GiB of weights and 4 KV heads (65,536 bytes a token) on each GPU, 13.60 GiB left for KV:
-    one engine holding 222,842 tokens; 64 all-reduces a step, 524,288 bytes a token.
+    one engine holding 222,842 tokens; 65 all-reduces a step, 532,480 bytes a token.
     """
     if plan.problem:
         return f"{name}, {plan.scheme}: cannot run: {plan.problem}."
