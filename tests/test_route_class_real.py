@@ -59,3 +59,11 @@ def test_a_policy_measured_through_a_real_router_counts_the_replicas_prefix_hits
     assert result.requests_per_replica == [3] and result.run.summary.num_ok == 3
     assert result.shares[0].prefix_cache_hits >= 2 * 384  # the later two found at least 3 blocks of 128 each
     assert result.to_dict()["hit_rate"] == result.hit_rate > 0
+
+
+def test_a_policy_measured_with_requests_in_flight_says_so_and_accounts_for_every_request(replicas):
+    workload = grouped_prefix_workload(replicas[0], groups=2, per_group=2, system_tokens=256, output_tokens=4)
+    result = asyncio.run(asyncio.wait_for(measure_policy(replicas, "round_robin", workload, concurrency=2), 180))
+    assert result.policy == "round_robin, 2 at a time" and result.describe().startswith("round_robin, 2 at a time:")
+    assert result.requests_per_replica == [4] and result.run.summary.num_ok == 4
+

@@ -286,3 +286,27 @@ def test_a_server_and_a_router_choose_ports_alike_each_naming_what_to_stop(monke
     monkeypatch.setattr(preflight, "port_free", lambda host, port, strict: False)
     with pytest.raises(PortInUseError, match=r"Ports 8000-8099 .*servers from earlier kernels.*stop_all_servers\(\)"):
         preflight.choose_port(ServerConfig())
+
+
+def test_a_policy_is_not_measured_with_no_request_in_flight():
+    import asyncio
+
+    from helpers.route.policies import measure_policy
+
+    with pytest.raises(ValueError, match="concurrency must be a positive integer, got 0"):  # before any router starts
+        asyncio.run(measure_policy([], "cache_aware", None, concurrency=0))
+
+
+def test_the_router_probe_counts_only_trials_whose_long_request_kept_a_replica_busy():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from probe_router_affinity import kept_where_served
+
+    trials = [{"endpoint": "chat", "x_first": [1, 0], "x_again": [1, 0], "long_still_in_flight": True},
+              {"endpoint": "chat", "x_first": [1, 0], "x_again": [0, 1], "long_still_in_flight": True},
+              {"endpoint": "chat", "x_first": [1, 0], "x_again": [1, 1], "long_still_in_flight": False},
+              {"endpoint": "completions", "x_first": [0, 1], "x_again": [0, 1], "long_still_in_flight": True}]
+    assert kept_where_served(trials, "chat") == {"kept": 1, "of": 2}
+    assert kept_where_served(trials, "completions") == {"kept": 1, "of": 1}

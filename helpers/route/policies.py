@@ -8,7 +8,9 @@ A router picks a replica for every request. Two of vllm-router's policies, side 
 - **cache aware** remembers (in a tree of prompt text) which replica saw which prompts, and
   sends a request to the replica holding the longest match, unless the replicas' loads are too
   uneven; a prompt without a match above its threshold goes to the replica with the fewest requests
-  in flight (the first on a tie), as vllm-router 0.1.17's ``cache_aware.rs`` does.
+  in flight (the first on a tie), as vllm-router 0.1.17's ``cache_aware.rs`` says. Measured
+  (``scripts/probe_router_affinity.py``), 0.1.17 kept no request where its text was cached while
+  another replica had fewer requests in flight: its placements came from that fallback.
 
 :func:`prefix_finders` counts, on paper, the requests that find their group's prompt already in
 their replica's cache when the requests go one at a time, group by group (as
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from helpers import validate
 from helpers.load.run import LoadTestRun, run_load_test
 from helpers.route.router import start_router
 from helpers.route.spread import ReplicaShare, replica_shares, scrape_replicas
@@ -106,11 +109,15 @@ class PolicyResult:
                 "shares": [vars(share) for share in self.shares]}
 
 
-async def measure_policy(replicas: Any, policy: str, workload: Any, *, timeout_s: float = 120.0) -> PolicyResult:
-    """Start a router with ``policy`` in front of ``replicas``, send ``workload`` one request at a time,
-    stop the router; each replica scraped before and after. The replicas keep running."""
+async def measure_policy(replicas: Any, policy: str, workload: Any, *, concurrency: int = 1,
+                         timeout_s: float = 120.0) -> PolicyResult:
+    """Start a router with ``policy`` in front of ``replicas``, send ``workload`` one request at a time (or
+    ``concurrency`` at a time: the router then sees replicas with requests in flight), stop the router; each replica
+    scraped before and after. The replicas keep running."""
+    concurrency = validate.positive_int(concurrency, "concurrency", hint="It is how many requests are in flight.")
+    label = policy if concurrency == 1 else f"{policy}, {concurrency} at a time"
     with start_router(replicas, policy, quiet=True) as router:
         before = scrape_replicas(replicas)
-        run = await run_load_test(router, workload, concurrency=1, timeout_s=timeout_s, label=policy)
+        run = await run_load_test(router, workload, concurrency=concurrency, timeout_s=timeout_s, label=label)
         after = scrape_replicas(replicas)
-    return PolicyResult(policy, run, replica_shares(replicas.urls, before, after))
+    return PolicyResult(label, run, replica_shares(replicas.urls, before, after))
