@@ -310,3 +310,24 @@ def test_the_router_probe_counts_only_trials_whose_long_request_kept_a_replica_b
               {"endpoint": "completions", "x_first": [0, 1], "x_again": [0, 1], "long_still_in_flight": True}]
     assert kept_where_served(trials, "chat") == {"kept": 1, "of": 2}
     assert kept_where_served(trials, "completions") == {"kept": 1, "of": 1}
+
+
+def test_replicas_serve_the_render_endpoints_where_this_vllm_gates_them(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from helpers.route import replicas as replicas_module
+
+    factories = tmp_path / "entrypoints" / "scale_out" / "factories.py"
+    assert not replicas_module.render_gated(tmp_path)  # a vLLM without the scale-out module: nothing to open
+    factories.parent.mkdir(parents=True)
+    factories.write_text("app.include_router(render_render)\n")  # 0.26: the render routes are always there
+    assert not replicas_module.render_gated(tmp_path)
+    factories.write_text('enabled = getattr(args, "enable_scale_out", False)\n')  # 0.32: 403 without the flag
+    assert replicas_module.render_gated(tmp_path)
+    monkeypatch.setattr(replicas_module, "render_gated", lambda: True)
+    once = replicas_module.with_render_endpoints(ServerConfig(extra_args=("--seed", "1")))
+    assert once.extra_args == ("--seed", "1", "--enable-scale-out")
+    assert replicas_module.with_render_endpoints(once).extra_args == once.extra_args  # added once, not twice
+    assert "--enable-scale-out" in build_launch(replace(once, port=8000), device="cpu", model="m", served_name="m").argv
+    monkeypatch.setattr(replicas_module, "render_gated", lambda: False)
+    assert replicas_module.with_render_endpoints(ServerConfig()).extra_args == ()

@@ -8,9 +8,9 @@ A router picks a replica for every request. Two of vllm-router's policies, side 
 - **cache aware** remembers (in a tree of prompt text) which replica saw which prompts, and
   sends a request to the replica holding the longest match, unless the replicas' loads are too
   uneven; a prompt without a match above its threshold goes to the replica with the fewest requests
-  in flight (the first on a tie), as vllm-router 0.1.17's ``cache_aware.rs`` says. Measured
-  (``scripts/probe_router_affinity.py``), 0.1.17 kept no request where its text was cached while
-  another replica had fewer requests in flight: its placements came from that fallback.
+  in flight (the first on a tie), as vllm-router 0.1.17's ``cache_aware.rs`` does. It renders each
+  prompt through the replicas' render endpoints, which vLLM 0.32 serves only with ``--enable-scale-out``
+  (:func:`helpers.route.replicas.with_render_endpoints`; ``scripts/probe_router_affinity.py`` measures both).
 
 :func:`prefix_finders` counts, on paper, the requests that find their group's prompt already in
 their replica's cache when the requests go one at a time, group by group (as

@@ -25,9 +25,11 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -113,10 +115,36 @@ def check_replica_memory(n: int, kv_gib: float, available_gib: float) -> None:
             f"{int(available_gib // each)} fit. Start fewer, or give each a smaller kv_cache_space_gib.")
 
 
+RENDER_FLAG = "--enable-scale-out"
+
+
+def render_gated(vllm_dir: Path | None = None) -> bool:
+    """Whether the installed vLLM answers ``/v1/chat/completions/render`` with 403 unless started with
+    ``--enable-scale-out`` (0.32 does; 0.26 serves it always). vllm-router's cache-aware policy renders every
+    prompt there to match its tokens: refused, it matches nothing and falls back to the least busy replica
+    (``scripts/probe_router_affinity.py`` measured it). Read from vLLM's source, without importing vLLM (seconds)."""
+    if vllm_dir is None:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or spec.origin is None:
+            return False
+        vllm_dir = Path(spec.origin).parent
+    factories = vllm_dir / "entrypoints" / "scale_out" / "factories.py"
+    return factories.exists() and "enable_scale_out" in factories.read_text(errors="replace")
+
+
+def with_render_endpoints(config: ServerConfig) -> ServerConfig:
+    """``config`` with :data:`RENDER_FLAG` added where this vLLM needs it for the router to render prompts."""
+    if RENDER_FLAG in config.extra_args or not render_gated():
+        return config
+    return replace(config, extra_args=(*config.extra_args, RENDER_FLAG))
+
+
 def replica_configs(n: int, config: ServerConfig) -> list[ServerConfig]:
-    """One config per replica, checked against this machine (cores, memory, GPU share) before any start."""
+    """One config per replica, checked against this machine (cores, memory, GPU share) before any start; each
+    serves the render endpoints the router's cache-aware policy calls (:func:`with_render_endpoints`)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"n is the number of replicas, a positive integer; got {n!r}.")
+    config = with_render_endpoints(config)
     if config.port is not None:
         raise ConfigError("Replicas take the next free ports themselves: leave port unset (the router has one port).")
     if config.host != LOOPBACK:

@@ -67,6 +67,7 @@ KNOWN_FREE = frozenset({
     "--max-num-batched-tokens", "--block-size", "--enable-chunked-prefill", "--no-enable-chunked-prefill",
     "--compilation-config", "-cc", "--optimization-level", "--async-scheduling", "--no-async-scheduling",
     "--disable-log-stats", "--enable-log-requests", "--no-enable-log-requests",
+    "--enable-scale-out",  # the render endpoints vllm-router's cache-aware policy calls (helpers.route.replicas)
 })
 _GUARDED: dict[str, tuple[str, ...]] = {dest: entry[0] for table in (OWNED, BYPASSES, SECRET) for dest, entry in table.items()}
 _BY_FLAG = {flag: dest for dest, flags in _GUARDED.items() for flag in flags}
