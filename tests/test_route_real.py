@@ -1,6 +1,7 @@
 """vLLM's router in front of two real CPU replicas on 127.0.0.1: requests reach both, a shared prefix stays on
-one under the cache-aware policy, the classroom key guards the router, and a replica killed mid-run costs the
-requests it held, no more.
+one under the cache-aware policy (which refuses, before it starts, a replica that does not render prompts for it:
+one plain server of that test's own, on a vLLM that gates the endpoint), the classroom key guards the router, and
+a replica killed mid-run costs the requests it held, no more.
 
 One pair of keyed replicas for the whole module (one core each on a 2-core machine, a small KV pool; 50-60 s
 each to start on an AVX2 CPU), several routers (a second or two each) in front of them. The kill comes last:
@@ -24,15 +25,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.errors import ServerStartError
+from helpers.errors import ConfigError, ServerStartError
 from helpers.load.run import run_load_test
 from helpers.load.workload import build_workload
 from helpers.route import replicas as replicas_module
 from helpers.route.prefix_workload import grouped_prefix_workload
-from helpers.route.replicas import ReplicaSet, start_replicas
+from helpers.route.render_check import NO_ROUTE, render_status
+from helpers.route.replicas import ReplicaSet, render_gated, start_replicas
 from helpers.route.router import VLLMRouter, start_router
 from helpers.route.spread import describe_shares, replica_shares, scrape_replicas
 from helpers.serve.classroom import SharedServerError, connect
+from helpers.serve.server import start_server
 from tests.conftest import finished_requests
 from tests.real_server import QUICK_START
 
@@ -99,6 +102,22 @@ def test_cache_aware_keeps_a_group_sharing_a_system_prompt_on_one_replica(replic
     busy = max(shares, key=lambda share: share.num_requests)
     assert sorted(share.num_requests for share in shares) == [0, 4]
     assert busy.prefix_cache_hits >= 3 * 384  # the later three found at least 3 of the prompt's 128-token blocks
+
+
+def test_a_cache_aware_router_refuses_a_replica_that_does_not_render_prompts(replicas):
+    # start_replicas' pair renders: with --enable-scale-out where this vLLM gates the endpoint
+    assert render_status(replicas[0].url, replicas[0].model_name, KEY) == 200
+    if not render_gated():
+        pytest.skip("this vLLM serves the render endpoints on every server (0.26): no replica refuses")
+    with start_server(max_num_seqs=2, max_model_len=512, quiet=True, **QUICK_START) as plain:
+        assert render_status(plain.url, plain.model_name, None) == 403
+        assert render_status(plain.url, plain.model_name, None, path="/v1/no-such-endpoint") == NO_ROUTE
+        began = time.monotonic()
+        with pytest.raises(ConfigError, match="--enable-scale-out") as refused:
+            start_router([plain], "cache_aware", quiet=True)
+        assert plain.url in str(refused.value) and time.monotonic() - began < 5
+        with start_router([plain], "round_robin", quiet=True) as router:  # no other policy renders: not checked
+            assert router.is_running()
 
 
 def test_the_classroom_script_puts_a_keyed_router_in_front_of_replicas(replicas, monkeypatch, capsys):

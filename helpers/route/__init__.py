@@ -8,6 +8,8 @@ Modules:
   like a vLLM server: its own session, a watchdog, ready or a clear error, a bounded stop (I/O);
 - ``_launch``: vllm-router's own launcher run inside the router's process, with the classroom key's check
   added (runs inside the router);
+- ``render_check``: whether every replica renders prompts for the cache-aware router, asked before it starts
+  (I/O);
 - ``replicas``: N course servers on one machine, each with its share of cores and memory, started and
   stopped together (I/O);
 - ``prefix_workload``: groups of requests, each group sharing a system prompt (notebook 05's workload, stacked),

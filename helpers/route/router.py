@@ -8,7 +8,8 @@
 
 - refuses in a second, with what to do: vllm-router not installed, a policy it does not have,
   no replicas, a port already taken, a network-facing router without a key
-  (:mod:`helpers.route.command`);
+  (:mod:`helpers.route.command`), a cache-aware router in front of a replica that does not render
+  prompts for it (:mod:`helpers.route.render_check`);
 - binds 127.0.0.1 and a free port unless told otherwise, waits (bounded) until *its own*
   process answers ``/health`` and ``/v1/models`` with the replicas' model, and on failure raises
   :class:`helpers.errors.ServerStartError` with the router's log tail;
@@ -48,6 +49,7 @@ from helpers.route.command import (
     check_router_host,
     replica_key,
 )
+from helpers.route.render_check import check_replicas_render
 from helpers.serve import group, process
 from helpers.serve.access import ServerAccess
 from helpers.serve.config import LOOPBACK
@@ -144,6 +146,7 @@ class VLLMRouter(ServerAccess):
                 f"vLLM's router is not installed in this environment. Install it with `{INSTALL_HINT}` "
                 "(the version the course was tested with), then run this cell again.")
         check_replicas_demand_key(self.config.host, self._key, self._replicas_to_ask)
+        check_replicas_render(self.policy, self._replicas_to_ask, self.model_name, self._key)
         began = time.monotonic()
         self.port = choose_router_port(self.config.host, self.config.port)
         self.metrics_port = choose_router_port(LOOPBACK, None, after=self.port)
