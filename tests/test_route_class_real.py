@@ -66,4 +66,3 @@ def test_a_policy_measured_with_requests_in_flight_says_so_and_accounts_for_ever
     result = asyncio.run(asyncio.wait_for(measure_policy(replicas, "round_robin", workload, concurrency=2), 180))
     assert result.policy == "round_robin, 2 at a time" and result.describe().startswith("round_robin, 2 at a time:")
     assert result.requests_per_replica == [4] and result.run.summary.num_ok == 4
-
