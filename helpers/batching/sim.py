@@ -19,8 +19,9 @@ its prompt (chunked prefill, within max_num_batched_tokens per step) or one deco
 When a request has computed all its known tokens, the step samples its next output token.
 
 Leaves out: priorities, prefix-cache hits, speculative decoding, stop strings, the KV
-allocated chunk by chunk (we allocate a request's whole prompt when it is admitted), and
-any memory limit for static batching.
+allocated chunk by chunk (vLLM admits a request only if its whole prompt fits, as we do,
+then takes the blocks chunk by chunk; we take them all at admission), and any memory
+limit for static batching.
 
 Taught in the continuous-batching notebook; drawn by `helpers.batching.view`.
 """
