@@ -24,7 +24,8 @@ from notebook_header import ROOT, normalise  # a sibling script, not a package
 INSTRUCTOR_TAG = "instructor"
 LEARNER_DIR = ROOT / "labs" / "learner"
 NOTE = ("*Learner version.* The section that writes the explanation from your numbers is left out: the last "
-        "question asks you for it. Your instructor has the complete notebook (`labs/{name}`) and the worked answers.")
+        "question asks you for it. The complete notebook is `labs/{name}`, and the worked answers are in "
+        "`docs/solutions/` (for instructors, and for you once you have written yours).")
 
 
 def learner_path(lab: Path) -> Path:
