@@ -21,10 +21,11 @@ from typing import Any
 
 from helpers.errors import ConfigError
 from helpers.route.command import replica_key
+from helpers.route.replicas import RENDER_FLAG
 
 RENDER_PATH = "/v1/chat/completions/render"
 NO_ROUTE = 0  # render_status's answer for a 404 of the web framework itself: this vLLM has no such endpoint
-REFUSING = (403, NO_ROUTE)  # 403: vLLM 0.32 without --enable-scale-out
+REFUSING = (403, NO_ROUTE)  # 403: vLLM 0.32 without RENDER_FLAG
 
 
 def render_status(url: str, model_name: str, api_key: str | None, *, path: str = RENDER_PATH,
@@ -61,6 +62,6 @@ def check_replicas_render(policy: str, replicas: Sequence[Any], model_name: str,
             raise ConfigError(
                 f"The replica at {url} refuses {RENDER_PATH} (HTTP {status or 404}), which the cache-aware router "
                 "calls to read each prompt's tokens: it would match no prompt and send every request to the least busy "
-                "replica. vLLM 0.32 serves that endpoint only when started with --enable-scale-out: start the "
+                f"replica. vLLM 0.32 serves that endpoint only when started with {RENDER_FLAG}: start the "
                 "replicas with start_replicas(...), which adds it, or each server with "
-                "extra_args=('--enable-scale-out',); or choose another policy, such as 'round_robin'.")
+                f"extra_args=({RENDER_FLAG!r},); or choose another policy, such as 'round_robin'.")
